@@ -1,0 +1,181 @@
+"""workerscope's command line: run | listen | demo."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Sequence
+
+from . import protocol
+from .config import resolve
+from .errors import WorkerscopeError
+
+
+def _mb(v: float | None) -> str:
+    return "-" if v is None else f"{v / 1e6:.1f} MB"
+
+
+def _summary(timeline) -> str:  # type: ignore[no-untyped-def]
+    tree = [s for s in timeline.samples if s.scope == "tree"]
+    peak_cpu = max((s.values.get("cpu_percent", 0.0) for s in tree), default=None)
+    peak_rss = max((s.values.get("rss_bytes", 0) for s in tree), default=None)
+    procs = {(s.worker, s.pid) for s in timeline.samples if s.scope == "proc"}
+    cpu = "-" if peak_cpu is None else f"{peak_cpu:.0f}%"
+    return (f"{len(timeline.workers)} worker(s), {len(procs)} process(es), "
+            f"{len(timeline.jobs)} job(s), {len(timeline.spans)} span(s), "
+            f"{len(tree)} samples; peak tree CPU {cpu}, peak tree RSS {_mb(peak_rss)}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .sidecar.launcher import SidecarLink
+    from .timeline import Timeline
+
+    if not args.cmd:
+        raise WorkerscopeError("nothing to run: give a command after --, e.g. workerscope run -- make")
+    config = resolve(interval=args.interval, endpoint=args.endpoint, node=args.node)
+    link: SidecarLink | None = SidecarLink(config)
+    try:
+        link.spawn()  # its start-up overlaps the command's
+    except WorkerscopeError as err:
+        print(f"workerscope: sampling off: {err}", file=sys.stderr)
+        link = None
+    try:
+        child = subprocess.Popen(args.cmd)
+    except OSError as err:
+        if link is not None:
+            link.close(wait=True)
+        raise WorkerscopeError(f"cannot start {args.cmd[0]!r}: {err}") from err
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the command itself
+    try:
+        if link is not None:
+            try:
+                link.handshake(child.pid)
+                link.job_start(1, " ".join(args.cmd), None)
+            except WorkerscopeError as err:
+                print(f"workerscope: sampling off: {err}", file=sys.stderr)
+                link = None
+        rc = child.wait()
+    finally:
+        signal.signal(signal.SIGINT, old)
+    code = 128 - rc if rc < 0 else rc  # a signal death reads as a shell reports it
+    if link is None:
+        return code
+    try:
+        frames = link.job_end(1, "ok" if rc == 0 else "error",
+                              None if rc == 0 else f"exit status {code}", True)
+    finally:
+        link.close(wait=True)
+    timeline = Timeline.from_frames(frames or [])
+    out = args.output or f"workerscope-{child.pid}.json"
+    try:
+        timeline.save(out)
+        print(f"workerscope: {_summary(timeline)}; wrote {out}", file=sys.stderr)
+    except (OSError, WorkerscopeError) as err:
+        fallback = os.path.join("/tmp", f"workerscope-{child.pid}.wsc")
+        print(f"workerscope: could not write {out} ({err}); saving to {fallback}", file=sys.stderr)
+        timeline.save(fallback)
+    return code
+
+
+def _frame_line(frame: protocol.Frame) -> str:
+    b = frame.body
+    w = frame.worker
+    if frame.kind == protocol.HELLO:
+        return f"hello     {w}  pid {b.get('pid')} interval {b.get('interval')}s"
+    if frame.kind == protocol.JOB_START:
+        return f"job start {w}  #{b.get('job')} {b.get('name')}"
+    if frame.kind == protocol.JOB_END:
+        err = f" ({b.get('error')})" if b.get("error") else ""
+        return f"job end   {w}  #{b.get('job')} {b.get('status')}{err}"
+    if frame.kind == protocol.SAMPLE:
+        tree = b.get("tree") or {}
+        cpu = tree.get("cpu_percent")
+        cpu_s = "-" if cpu is None else f"{cpu:.0f}%"
+        return (f"sample    {w}  cpu {cpu_s} rss {_mb(tree.get('rss_bytes'))} "
+                f"procs {tree.get('num_procs', '-')}")
+    if frame.kind in (protocol.SPANS, protocol.MARK):
+        return f"{frame.kind:<9} {w}  {len(b.get('records', []))} record(s)"
+    if frame.kind == protocol.BYE:
+        return f"bye       {w}  {b.get('status')}, {b.get('dropped', 0)} dropped at the sidecar"
+    return f"{frame.kind:<9} {w}"
+
+
+def cmd_listen(args: argparse.Namespace) -> int:
+    from .client.subscriber import Subscriber
+
+    lost_seen: dict[str, int] = {}
+
+    def on_frame(frame: protocol.Frame) -> None:
+        print(_frame_line(frame), flush=True)
+        lost = sub.lost.get(frame.worker, 0)
+        if lost > lost_seen.get(frame.worker, 0):
+            print(f"lost      {frame.worker}  {lost - lost_seen.get(frame.worker, 0)} frame(s)",
+                  flush=True)
+            lost_seen[frame.worker] = lost
+
+    sub = Subscriber(args.bind, on_frame=None if args.quiet else on_frame)
+    with sub:
+        print(f"listening on {sub.endpoint}", flush=True)
+        try:
+            while not sub.wait(jobs=args.jobs, timeout=0.5) or args.jobs is None:
+                continue
+        except KeyboardInterrupt:
+            print("stopped", file=sys.stderr)
+        timeline = sub.timeline()
+    if args.output:
+        timeline.save(args.output)
+        print(f"workerscope: {_summary(timeline)}; wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    t0 = time.perf_counter()
+    timeline, paths = run_demo(args.output_dir, workers=args.workers, tasks=args.tasks)
+    print(f"workerscope demo: {_summary(timeline)} in {time.perf_counter() - t0:.1f} s")
+    for p in paths:
+        print(f"  wrote {p}")
+    print("  open the .json in https://ui.perfetto.dev (Open trace file)")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="workerscope", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="sample a command's process tree",
+                         usage="workerscope run [--interval S] [-o FILE] [--endpoint ADDR] -- CMD ARGS...")
+    run.add_argument("--interval", type=float, default=None, help="seconds between samples (default 1.0)")
+    run.add_argument("-o", "--output", help="timeline file, .json (Perfetto) or .wsc")
+    run.add_argument("--endpoint", help="also stream to a listening driver at this address")
+    run.add_argument("--node", help="node name recorded with the samples")
+    run.add_argument("cmd", nargs=argparse.REMAINDER)
+    run.set_defaults(func=cmd_run)
+    listen = sub.add_parser("listen", help="collect the streams of many workers")
+    listen.add_argument("--bind", default="tcp://127.0.0.1:0",
+                        help="address to listen on (default: a free loopback port)")
+    listen.add_argument("-o", "--output", help="write the merged timeline here at the end")
+    listen.add_argument("--jobs", type=int, help="stop after this many jobs ended")
+    listen.add_argument("-q", "--quiet", action="store_true", help="no line per frame")
+    listen.set_defaults(func=cmd_listen)
+    demo = sub.add_parser("demo", help="run the embedded demo job and write its timeline")
+    demo.add_argument("-o", "--output-dir", default="workerscope-demo")
+    demo.add_argument("--workers", type=int, default=3)
+    demo.add_argument("--tasks", type=int, default=6)
+    demo.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if getattr(args, "cmd", None) and args.cmd[0] == "--":
+        args.cmd = args.cmd[1:]
+    try:
+        return int(args.func(args))
+    except WorkerscopeError as err:
+        print(f"workerscope: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,85 @@
+"""One frozen settings object. Arguments come first; WORKERSCOPE_* variables override them.
+
+Overriding lets an operator turn a deployed job to heavy mode, or point it at a driver,
+without touching its code: the variables are read in the worker, where the job runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Mapping
+
+from .errors import ConfigError
+
+MODES = ("heavy", "light", "off")
+MIN_INTERVAL = 0.01
+MAX_INTERVAL = 3600.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    mode: str = "light"
+    interval: float = 1.0
+    endpoint: str | None = None
+    out: str | None = None
+    node: str | None = None
+    # How long a sidecar waits for the driver to acknowledge its last frame before it exits.
+    bye_timeout: float = 2.0
+    # How often the worker ships its buffered spans to the sidecar.
+    flush_interval: float = 0.2
+
+
+_ENV = {
+    "mode": "WORKERSCOPE_MODE",
+    "interval": "WORKERSCOPE_INTERVAL",
+    "endpoint": "WORKERSCOPE_ENDPOINT",
+    "out": "WORKERSCOPE_OUT",
+    "node": "WORKERSCOPE_NODE",
+    "bye_timeout": "WORKERSCOPE_BYE_TIMEOUT",
+    "flush_interval": "WORKERSCOPE_FLUSH_INTERVAL",
+}
+
+
+def env_names() -> dict[str, str]:
+    """Each setting and the variable that overrides it."""
+    return dict(_ENV)
+
+
+def _as_float(name: str, raw: object) -> float:
+    try:
+        return float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from err
+
+
+def resolve(environ: Mapping[str, str] | None = None, **given: object) -> Config:
+    """Build a Config from arguments (None means 'not given'), then apply WORKERSCOPE_* overrides."""
+    env = os.environ if environ is None else environ
+    unknown = set(given) - set(_ENV)
+    if unknown:
+        raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    values: dict[str, object] = {k: v for k, v in given.items() if v is not None}
+    for key, var in _ENV.items():
+        if env.get(var, "") != "":
+            values[key] = env[var]
+    if "mode" in values:
+        mode = str(values["mode"]).strip().lower()
+        if mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {values['mode']!r}")
+        values["mode"] = mode
+    for key in ("interval", "bye_timeout", "flush_interval"):
+        if key in values:
+            values[key] = _as_float(key, values[key])
+    interval = values.get("interval", Config.interval)
+    if not MIN_INTERVAL <= interval <= MAX_INTERVAL:  # type: ignore[operator]
+        raise ConfigError(
+            f"interval must be between {MIN_INTERVAL} and {MAX_INTERVAL:g} seconds, got {interval!r}"
+        )
+    for key in ("bye_timeout", "flush_interval"):
+        if key in values and not 0 <= values[key] <= 3600:  # type: ignore[operator]
+            raise ConfigError(f"{key} must be between 0 and 3600 seconds, got {values[key]!r}")
+    for key in ("endpoint", "out", "node"):
+        if key in values:
+            values[key] = str(values[key])
+    return Config(**values)  # type: ignore[arg-type]

@@ -1,0 +1,137 @@
+"""Chrome trace event JSON (opens in ui.perfetto.dev and chrome://tracing).
+
+`ts` and `dur` are microseconds relative to the trace start: epoch values would lose precision
+in Perfetto's UI. The epoch origin lives in otherData. Slices on one thread must nest; spans
+that overlap without nesting (async tasks on one event loop) go out as async b/e events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..timeline import Span, Timeline
+
+
+def _us(t_ns: int, origin: int) -> float:
+    return round((t_ns - origin) / 1000.0, 3)
+
+
+def _pid_map(t: Timeline) -> dict[tuple[str, int], int]:
+    """Real pids where they are unique; pids of different hosts that collide get new numbers."""
+    host_of = {wid: w.host for wid, w in t.workers.items()}
+    keys: set[tuple[str, int]] = set()
+    for s in t.spans:
+        keys.add((host_of.get(s.worker, ""), s.pid))
+    for smp in t.samples:
+        if smp.pid is not None:
+            keys.add((host_of.get(smp.worker, ""), smp.pid))
+    for w in t.workers.values():
+        keys.add((w.host, w.pid))
+    out: dict[tuple[str, int], int] = {}
+    used: set[int] = set()
+    spare = 1 << 22  # above Linux's pid_max default
+    for host, pid in sorted(keys):
+        if pid in used:
+            spare += 1
+            out[(host, pid)] = spare
+        else:
+            out[(host, pid)] = pid
+            used.add(pid)
+    return out
+
+
+def _nested(spans: list[Span]) -> tuple[list[Span], list[Span]]:
+    """Split one thread's spans into those that nest properly and those that overlap."""
+    nested, overlapping = [], []
+    stack: list[Span] = []
+    for s in sorted(spans, key=lambda s: (s.start_ns, -s.end_ns)):
+        while stack and stack[-1].end_ns <= s.start_ns:
+            stack.pop()
+        if stack and s.end_ns > stack[-1].end_ns:
+            overlapping.append(s)
+            continue
+        nested.append(s)
+        stack.append(s)
+    return nested, overlapping
+
+
+def to_chrome(t: Timeline) -> dict[str, Any]:
+    origin = t.start_ns or 0
+    host_of = {wid: w.host for wid, w in t.workers.items()}
+    pids = _pid_map(t)
+
+    def pid_of(worker: str, pid: int) -> int:
+        return pids.get((host_of.get(worker, ""), pid), pid)
+
+    events: list[dict[str, Any]] = []
+    named: set[int] = set()
+    for (wid, pid), name in sorted(t.processes.items()):
+        p = pid_of(wid, pid)
+        if p not in named:
+            named.add(p)
+            events.append({"ph": "M", "name": "process_name", "pid": p, "tid": 0,
+                           "args": {"name": f"{name} ({host_of.get(wid, '')}:{pid})"}})
+    for w in t.workers.values():
+        p = pid_of(w.id, w.pid)
+        if p not in named:
+            named.add(p)
+            events.append({"ph": "M", "name": "process_name", "pid": p, "tid": 0,
+                           "args": {"name": f"worker {w.host}:{w.pid}"}})
+        events.append({"ph": "M", "name": "process_labels", "pid": p, "tid": 0,
+                       "args": {"labels": f"{w.status}, {w.lost} frames lost"}})
+    for (wid, pid, tid), name in sorted(t.threads.items()):
+        events.append({"ph": "M", "name": "thread_name", "pid": pid_of(wid, pid), "tid": tid,
+                       "args": {"name": name}})
+
+    by_thread: dict[tuple[int, int], list[Span]] = {}
+    for s in t.spans:
+        by_thread.setdefault((pid_of(s.worker, s.pid), s.tid), []).append(s)
+    for (p, tid), group in by_thread.items():
+        nested, overlapping = _nested(group)
+        for s in nested:
+            events.append({"ph": "X", "name": s.name, "cat": s.kind, "pid": p, "tid": tid,
+                           "ts": _us(s.start_ns, origin), "dur": _us(s.end_ns, s.start_ns),
+                           "args": _span_args(s)})
+        for s in overlapping:
+            common = {"name": s.name, "cat": s.kind, "pid": p, "tid": tid,
+                      "id2": {"local": f"{s.worker}:{s.id}"}}
+            events.append({**common, "ph": "b", "ts": _us(s.start_ns, origin),
+                           "args": _span_args(s)})
+            events.append({**common, "ph": "e", "ts": _us(s.end_ns, origin)})
+    for m in t.marks:
+        events.append({"ph": "i", "s": "t", "name": m.name, "pid": pid_of(m.worker, m.pid),
+                       "tid": m.tid, "ts": _us(m.t_ns, origin), "args": m.attrs or {}})
+    host_pid = {}
+    for smp in t.samples:
+        if smp.scope == "host":
+            # Host counters sit on the first worker of that host that reported them.
+            p = host_pid.setdefault(host_of.get(smp.worker, ""), pid_of(smp.worker, t.workers[smp.worker].pid)
+                                    if smp.worker in t.workers else 0)
+        else:
+            p = pid_of(smp.worker, smp.pid or 0)
+        ts = _us(smp.t_ns, origin)
+        for metric, value in smp.values.items():
+            events.append({"ph": "C", "name": f"{smp.scope}.{metric}", "pid": p, "ts": ts,
+                           "args": {"value": value}})
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": "workerscope",
+            "origin_unix_ns": origin,
+            "workers": {wid: {"host": w.host, "node": w.node, "pid": w.pid, "status": w.status,
+                              "frames": w.frames, "lost": w.lost, "dropped": w.dropped}
+                        for wid, w in t.workers.items()},
+            "remapped_pids": {f"{h}:{pid}": new for (h, pid), new in pids.items() if new != pid},
+        },
+    }
+
+
+def _span_args(s: Span) -> dict[str, Any]:
+    args: dict[str, Any] = dict(s.attrs or {})
+    if s.error:
+        args["error"] = s.error
+    if s.job is not None:
+        args["job"] = s.job
+    args["worker"] = s.worker
+    return args

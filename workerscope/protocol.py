@@ -1,0 +1,151 @@
+"""The wire format, and the only module that knows it.
+
+Two channels carry msgpack:
+
+* driver frames (sidecar -> Subscriber over ZeroMQ, and the job timeline sent back to the
+  worker): ``[VERSION, kind, worker_id, seq, body]`` where body is a map with str keys.
+* pipe messages (worker <-> its sidecar over a socketpair): a 4-byte big-endian length,
+  then ``[kind, body]``.
+
+Decoding untrusted bytes raises ProtocolError and nothing else, never unpickles, and never
+allocates past the size cap: msgpack bounds every container by the length of the input.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, NamedTuple
+
+import msgpack
+
+from .errors import ProtocolError
+
+VERSION = 1
+
+# Frame kinds, sidecar -> driver.
+HELLO = "hello"
+JOB_START = "job_start"
+JOB_END = "job_end"
+SAMPLE = "sample"
+SPANS = "spans"
+MARK = "mark"
+BYE = "bye"
+# Driver -> sidecar: acknowledges a bye so the sidecar may close without losing it.
+ACK = "ack"
+FRAME_KINDS = frozenset({HELLO, JOB_START, JOB_END, SAMPLE, SPANS, MARK, BYE, ACK})
+
+# Pipe message kinds. Worker -> sidecar: hello, job_start, spans, job_end, close.
+# Sidecar -> worker: ready, timeline.
+READY = "ready"
+TIMELINE = "timeline"
+CLOSE = "close"
+PIPE_KINDS = frozenset({HELLO, READY, JOB_START, SPANS, JOB_END, TIMELINE, CLOSE})
+
+# Span records inside spans/mark bodies are tuples, not maps, to keep the worker's hot path cheap:
+# (kind, job, id, parent, name, start_ns, end_ns, tid, attrs, error)
+RECORD_SPAN = 0
+RECORD_MARK = 1
+RECORD_FIELDS = 10
+
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+# The pipe joins a worker to its own sidecar, and carries a whole job's frames back at its end.
+MAX_PIPE_BYTES = 1024 * 1024 * 1024
+_LEN = struct.Struct(">I")
+
+
+class Frame(NamedTuple):
+    kind: str
+    worker: str
+    seq: int
+    body: dict[str, Any]
+
+
+def _pack(obj: object) -> bytes:
+    # use_bin_type keeps str and bytes apart; default=None: anything unknown is a TypeError.
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _unpack(data: bytes, limit: int | None = MAX_FRAME_BYTES) -> Any:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ProtocolError(f"a frame must be bytes, got {type(data).__name__}")
+    if limit is not None and len(data) > limit:
+        raise ProtocolError(f"frame of {len(data)} bytes exceeds the {limit}-byte limit")
+    try:
+        # unpackb caps every string, array and map by the input's own length.
+        return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+    except Exception as err:  # msgpack raises several unrelated types for bad input
+        raise ProtocolError(f"not a msgpack message: {err}") from err
+
+
+def encode_frame(kind: str, worker: str, seq: int, body: dict[str, Any]) -> bytes:
+    """One driver frame, ready for the socket."""
+    return _pack([VERSION, kind, worker, seq, body])
+
+
+def decode_frame(data: bytes) -> Frame:
+    """Parse one driver frame from untrusted bytes; ProtocolError if it is not one."""
+    msg = _unpack(data)
+    if not isinstance(msg, list) or len(msg) != 5:
+        raise ProtocolError("a frame is a 5-item array [version, kind, worker, seq, body]")
+    version, kind, worker, seq, body = msg
+    if version != VERSION:
+        raise ProtocolError(f"frame schema version {version!r}, this workerscope reads {VERSION}")
+    if kind not in FRAME_KINDS:
+        raise ProtocolError(f"unknown frame kind {kind!r}")
+    if not isinstance(worker, str) or not worker:
+        raise ProtocolError("frame worker id must be a non-empty string")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise ProtocolError("frame seq must be a non-negative integer")
+    if not isinstance(body, dict):
+        raise ProtocolError("frame body must be a map")
+    return Frame(kind, worker, seq, body)
+
+
+def encode_pipe(kind: str, body: dict[str, Any]) -> bytes:
+    """One length-prefixed pipe message."""
+    payload = _pack([kind, body])
+    return _LEN.pack(len(payload)) + payload
+
+
+class PipeReader:
+    """Reassembles pipe messages from the byte chunks a socket hands out."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, chunk: bytes) -> list[tuple[str, dict[str, Any]]]:
+        self._buf += chunk
+        out = []
+        while len(self._buf) >= _LEN.size:
+            (size,) = _LEN.unpack_from(self._buf)
+            if size > MAX_PIPE_BYTES:
+                raise ProtocolError(f"pipe message of {size} bytes exceeds the limit")
+            if len(self._buf) < _LEN.size + size:
+                break
+            payload = bytes(self._buf[_LEN.size : _LEN.size + size])
+            del self._buf[: _LEN.size + size]
+            msg = _unpack(payload, MAX_PIPE_BYTES)
+            if (
+                not isinstance(msg, list)
+                or len(msg) != 2
+                or msg[0] not in PIPE_KINDS
+                or not isinstance(msg[1], dict)
+            ):
+                raise ProtocolError("a pipe message is [kind, body] with a known kind")
+            out.append((msg[0], msg[1]))
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an incomplete message still held."""
+        return len(self._buf)
+
+
+def encode_blob(obj: Any) -> bytes:
+    """msgpack for the native .wsc file and for frames bundled inside a pipe message."""
+    return _pack(obj)
+
+
+def decode_blob(data: bytes, limit: int | None = MAX_FRAME_BYTES) -> Any:
+    """The inverse of encode_blob; limit=None for a local file the user chose to read."""
+    return _unpack(data, limit)

@@ -1,0 +1,271 @@
+"""The sidecar sampler process: `python -m workerscope.sidecar --fd N --target PID ...`.
+
+It reads the worker's pipe, samples the worker's process tree while a job is open, sends every
+frame to the driver (if any) and keeps each open job's frames to hand back at the job's end.
+EOF on the pipe means the worker is gone: a last sample, open jobs marked killed, their
+timelines still delivered (driver and `out` file), then bye.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import protocol
+from ..errors import ProtocolError
+from .host import HostSampler
+from .outbox import Outbox
+from .tree import ProcessTree
+
+HELLO_TIMEOUT = 30.0
+
+
+@dataclass
+class OpenJob:
+    job: int
+    name: str
+    out: str | None
+    frames: list[bytes] = field(default_factory=list)
+
+
+class Sidecar:
+    def __init__(self, sock: socket.socket, target: int, interval: float, endpoint: str | None,
+                 node: str | None, bye_timeout: float) -> None:
+        self.sock = sock
+        self.target = target
+        self.interval_ns = int(interval * 1e9)
+        self.interval = interval
+        self.node = node
+        self.bye_timeout = bye_timeout
+        self.reader = protocol.PipeReader()
+        self.outbox = Outbox(endpoint) if endpoint else None
+        self.tree = ProcessTree(target, exclude=frozenset({os.getpid()}))
+        self.host = HostSampler()
+        self.jobs: dict[int, OpenJob] = {}
+        self.seq = -1
+        self.hello = b""
+        self.worker_id = ""
+        self.next_tick = 0
+        self.samples = 0
+        self.errors: list[str] = []
+
+    # -- frames ------------------------------------------------------------------------------
+    def emit(self, kind: str, body: dict[str, Any], jobs: list[OpenJob] | None = None) -> bytes:
+        self.seq += 1
+        data = protocol.encode_frame(kind, self.worker_id, self.seq, body)
+        if self.outbox is not None:
+            self.outbox.send(data)
+        for job in self.jobs.values() if jobs is None else jobs:
+            job.frames.append(data)
+        return data
+
+    def sample(self) -> None:
+        now = time.monotonic_ns()
+        new, gone = self.tree.discover()
+        tree, procs = self.tree.read(now)
+        body: dict[str, Any] = {"t": now, "tree": tree, "procs": procs, "host": self.host.read()}
+        if new:
+            body["new"] = [list(n) for n in new]
+        if gone:
+            body["gone"] = gone
+        self.emit(protocol.SAMPLE, body)
+        self.samples += 1
+
+    # -- pipe messages -----------------------------------------------------------------------
+    def on_hello(self, body: dict[str, Any]) -> None:
+        if body.get("target"):
+            self.target = int(body["target"])
+            self.tree = ProcessTree(self.target, exclude=frozenset({os.getpid()}))
+        host = socket.gethostname()
+        prefix = f"{self.node}/" if self.node else ""
+        self.worker_id = f"{prefix}{host}:{self.target}:{os.getpid()}"
+        hello = {
+            "node": self.node, "host": host, "pid": self.target, "sidecar_pid": os.getpid(),
+            "interval": self.interval, "anchor": [time.time_ns(), time.monotonic_ns()],
+            "worker_anchor": body.get("anchor"), "boot_id": _boot_id(),
+            "metrics": {"proc": ["cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes",
+                                 "read_bytes", "write_bytes", "num_threads"],
+                        "tree": ["cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes",
+                                 "read_bytes", "write_bytes", "num_threads", "num_procs"],
+                        "host": ["cpu_percent", "cpu_percent_core<k>", "mem_used_bytes",
+                                 "mem_available_bytes", "net_sent_bytes", "net_recv_bytes",
+                                 "disk_read_bytes", "disk_write_bytes"]},
+        }
+        self.hello = self.emit(protocol.HELLO, hello, jobs=[])
+        self.reply(protocol.READY, {"worker": self.worker_id, "pid": os.getpid()})
+
+    def on_job_start(self, body: dict[str, Any]) -> None:
+        job = OpenJob(int(body["job"]), str(body.get("name", "job")), body.get("out"), [self.hello])
+        first = not self.jobs
+        self.jobs[job.job] = job
+        self.emit(protocol.JOB_START, {
+            "job": job.job, "name": job.name, "t": body.get("t", time.monotonic_ns()),
+            "pid": body.get("pid", self.target), "tid": body.get("tid"),
+            "anchor": [time.time_ns(), time.monotonic_ns()],
+        }, jobs=[job])
+        self.sample()
+        if first:
+            self.next_tick = time.monotonic_ns() + self.interval_ns
+
+    def on_spans(self, body: dict[str, Any]) -> None:
+        pid = body.get("pid", self.target)
+        groups: dict[tuple[int, Any], list] = {}
+        for rec in body.get("records", []):
+            groups.setdefault((rec[0], rec[1]), []).append(rec)
+        threads = body.get("threads") or []
+        for (rtype, job_id), records in groups.items():
+            kind = protocol.MARK if rtype == protocol.RECORD_MARK else protocol.SPANS
+            job = self.jobs.get(job_id)
+            self.emit(kind, {"pid": pid, "records": records, "threads": threads},
+                      jobs=[job] if job else [])
+            threads = []
+        if threads:
+            self.emit(protocol.SPANS, {"pid": pid, "records": [], "threads": threads})
+
+    def on_job_end(self, body: dict[str, Any]) -> None:
+        job = self.jobs.get(int(body["job"]))
+        if job is None:
+            return
+        self.sample()
+        self.end_job(job, body.get("t", time.monotonic_ns()), str(body.get("status", "ok")),
+                     body.get("error"))
+        if body.get("reply"):
+            self.reply(protocol.TIMELINE, {"job": job.job, "frames": job.frames})
+
+    def end_job(self, job: OpenJob, t: int, status: str, error: Any) -> None:
+        self.emit(protocol.JOB_END, {"job": job.job, "t": t, "status": status, "error": error},
+                  jobs=[job])
+        del self.jobs[job.job]
+        if job.out:
+            self.write_out(job)
+
+    def write_out(self, job: OpenJob) -> None:
+        # Imported here: most sidecars never write a file, and this keeps their start-up short.
+        from ..timeline import Timeline
+
+        try:
+            Timeline.from_frames(job.frames).save(job.out)
+        except (OSError, ValueError) as err:
+            # A full disk or a bad path must not lose the rest: the driver still has the frames.
+            self.errors.append(f"could not write {job.out}: {err}")
+            print(f"workerscope sidecar: could not write {job.out}: {err}", file=sys.stderr)
+
+    def reply(self, kind: str, body: dict[str, Any]) -> None:
+        try:
+            self.sock.sendall(protocol.encode_pipe(kind, body))
+        except OSError as err:  # the worker is gone; EOF will follow on the read side
+            self.errors.append(f"worker pipe: {err}")
+
+    # -- main loop ---------------------------------------------------------------------------
+    def run(self) -> int:
+        closed = self.loop()
+        if self.jobs:
+            self.sample()
+            now = time.monotonic_ns()
+            for job in list(self.jobs.values()):
+                self.end_job(job, now, "killed", "the worker ended during the job")
+            status = "killed"
+        else:
+            status = "exited" if closed else "ended"
+        return self.bye(status)
+
+    def loop(self) -> bool:
+        """Serve the pipe until close (True) or EOF (False)."""
+        while True:
+            timeout = None
+            if self.jobs:
+                timeout = max(0.0, (self.next_tick - time.monotonic_ns()) / 1e9)
+            elif not self.worker_id:
+                timeout = HELLO_TIMEOUT
+            readable, _, _ = select.select([self.sock], [], [], timeout)
+            if readable:
+                try:
+                    chunk = self.sock.recv(1 << 20)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    return False
+                try:
+                    messages = self.reader.feed(chunk)
+                except ProtocolError as err:
+                    self.errors.append(f"bad pipe message: {err}")
+                    return False
+                for kind, body in messages:
+                    if kind == protocol.CLOSE:
+                        return True
+                    self.handle(kind, body)
+            elif not self.worker_id:
+                return False  # no hello: nobody to serve
+            if self.jobs and time.monotonic_ns() >= self.next_tick:
+                self.sample()
+                # Tick on a fixed grid; if a sample overran whole intervals, skip them.
+                now = time.monotonic_ns()
+                self.next_tick += self.interval_ns
+                if self.next_tick <= now:
+                    self.next_tick += ((now - self.next_tick) // self.interval_ns + 1) * self.interval_ns
+
+    def handle(self, kind: str, body: dict[str, Any]) -> None:
+        try:
+            if kind == protocol.HELLO:
+                self.on_hello(body)
+            elif kind == protocol.JOB_START:
+                self.on_job_start(body)
+            elif kind == protocol.SPANS:
+                self.on_spans(body)
+            elif kind == protocol.JOB_END:
+                self.on_job_end(body)
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            self.errors.append(f"bad {kind} message: {err!r}")
+
+    def bye(self, status: str) -> int:
+        if not self.worker_id:
+            return 1
+        body = {"t": time.monotonic_ns(), "status": status, "samples": self.samples,
+                "errors": self.errors[-20:]}
+        if self.outbox is None:
+            return 0
+        body["sent"] = self.outbox.sent + 1
+        body["dropped"] = self.outbox.dropped
+        self.emit(protocol.BYE, body, jobs=[])
+        acked = self.outbox.wait_ack(self.seq, self.bye_timeout)
+        self.outbox.close(acked)
+        return 0
+
+
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workerscope.sidecar")
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--target", type=int, default=os.getppid(),
+                        help="root pid of the tree to sample (default: the parent; the worker's hello may name another)")
+    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--endpoint")
+    parser.add_argument("--node")
+    parser.add_argument("--bye-timeout", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    # The job's Ctrl-C is for the job; we end on EOF of the pipe and deliver what we have.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = socket.socket(fileno=args.fd)
+    sidecar = Sidecar(sock, args.target, args.interval, args.endpoint, args.node, args.bye_timeout)
+    try:
+        return sidecar.run()
+    finally:
+        sock.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""The worker's end of the sidecar: start it, talk to it over a socketpair, notice when it dies.
+
+One link per worker process and settings, reused across jobs (see `get_link`). A link that
+finds its sidecar dead says so with SidecarError; callers turn that into a timeline whose worker
+status is "sidecar_lost" and run the job on, unmonitored.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from .. import protocol, spans
+from ..config import Config
+from ..errors import ProtocolError, SidecarError
+
+START_TIMEOUT = 30.0
+REPLY_TIMEOUT = 30.0
+
+
+def anchor() -> list[int]:
+    """One (wall ns, monotonic ns) pair taken together: the clock map of this process."""
+    return [time.time_ns(), time.monotonic_ns()]
+
+
+class SidecarLink:
+    def __init__(self, config: Config, target_pid: int | None = None) -> None:
+        self.config = config
+        self.target_pid = os.getpid() if target_pid is None else target_pid
+        self.worker_id = ""
+        self.proc: subprocess.Popen | None = None
+        self._sock: socket.socket | None = None
+        self._reader = protocol.PipeReader()
+        self._inbox: list[tuple[str, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+        self.buffer = spans.Buffer()
+        self._flusher: spans.Flusher | None = None
+        self.dead = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.spawn()
+        self.handshake()
+
+    def spawn(self) -> None:
+        """Start the sidecar process; `handshake` then names its target and waits for it."""
+        ours, theirs = socket.socketpair()
+        cmd = [
+            sys.executable, "-m", "workerscope.sidecar",
+            "--fd", str(theirs.fileno()),
+            "--interval", repr(self.config.interval),
+            "--bye-timeout", repr(self.config.bye_timeout),
+        ]
+        if self.config.endpoint:
+            cmd += ["--endpoint", self.config.endpoint]
+        if self.config.node:
+            cmd += ["--node", self.config.node]
+        try:
+            # A new session: a Ctrl-C meant for the job must not kill the sidecar before it has
+            # delivered what it recorded. It exits on EOF of the pipe instead.
+            self.proc = subprocess.Popen(
+                cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True,
+            )
+        except OSError as err:
+            ours.close()
+            raise SidecarError(f"could not start the sidecar ({err}); is workerscope installed?") from err
+        finally:
+            theirs.close()
+        self._sock = ours
+
+    def handshake(self, target_pid: int | None = None) -> None:
+        if target_pid is not None:
+            self.target_pid = target_pid
+        try:
+            self._write(protocol.encode_pipe(protocol.HELLO, {
+                "pid": os.getpid(), "anchor": anchor(), "target": self.target_pid,
+            }))
+            ready = self._wait_for(protocol.READY, START_TIMEOUT)
+        except SidecarError:
+            self.close(wait=False)
+            raise
+        self.worker_id = ready["worker"]
+        self._flusher = spans.Flusher(self.buffer, self._write, self.config.flush_interval)
+        self._flusher.start()
+
+    def close(self, wait: bool = False) -> None:
+        """Tell the sidecar this worker is done; it then says bye to the driver and exits."""
+        if self._flusher is not None:
+            self._flusher.stop()
+        if self._sock is not None:
+            try:
+                if not self.dead:
+                    self._flusher and self._flusher.flush()
+                    self._write(protocol.encode_pipe(protocol.CLOSE, {}))
+            except (OSError, SidecarError):
+                self.dead = True
+            self._sock.close()
+            self._sock = None
+        if wait and self.proc is not None:
+            try:
+                self.proc.wait(timeout=self.config.bye_timeout + 10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.dead = True
+
+    @property
+    def alive(self) -> bool:
+        return not self.dead and self.proc is not None and self.proc.poll() is None
+
+    # -- jobs --------------------------------------------------------------------------------
+    def job_start(self, job: int, name: str, out: str | None) -> None:
+        self._write(protocol.encode_pipe(protocol.JOB_START, {
+            "job": job, "name": name, "out": out, "t": time.monotonic_ns(),
+            "pid": os.getpid(), "tid": threading.get_native_id(), "interval": self.config.interval,
+        }))
+
+    def job_end(self, job: int, status: str, error: str | None, want_timeline: bool) -> list[bytes] | None:
+        """Close the job; with want_timeline, wait for the sidecar's frames of it."""
+        t = time.monotonic_ns()
+        assert self._flusher is not None
+        with self._lock:
+            body = self.buffer.drain()
+            if body is not None:
+                self._write_locked(protocol.encode_pipe(protocol.SPANS, body))
+            self._write_locked(protocol.encode_pipe(protocol.JOB_END, {
+                "job": job, "t": t, "status": status, "error": error, "reply": want_timeline,
+            }))
+        if not want_timeline:
+            return None
+        while True:
+            reply = self._wait_for(protocol.TIMELINE, REPLY_TIMEOUT)
+            if reply.get("job") == job:
+                return list(reply["frames"])
+
+    # -- pipe --------------------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        with self._lock:
+            self._write_locked(data)
+
+    def _write_locked(self, data: bytes) -> None:
+        if self._sock is None or self.dead:
+            raise SidecarError("the sidecar is gone")
+        try:
+            self._sock.sendall(data)
+        except OSError as err:
+            self.dead = True
+            raise SidecarError(f"the sidecar is gone ({err})") from err
+
+    def _wait_for(self, kind: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            for i, (k, body) in enumerate(self._inbox):
+                if k == kind:
+                    del self._inbox[i]
+                    return body
+            left = deadline - time.monotonic()
+            if left <= 0 or self._sock is None:
+                self.dead = True
+                raise SidecarError(f"the sidecar did not answer within {timeout:g} s")
+            self._sock.settimeout(left)
+            try:
+                chunk = self._sock.recv(1 << 20)
+            except socket.timeout:
+                continue
+            except OSError as err:
+                self.dead = True
+                raise SidecarError(f"the sidecar is gone ({err})") from err
+            finally:
+                if self._sock is not None:
+                    self._sock.settimeout(None)
+            if not chunk:
+                self.dead = True
+                raise SidecarError("the sidecar exited")
+            try:
+                self._inbox.extend(self._reader.feed(chunk))
+            except ProtocolError as err:
+                self.dead = True
+                raise SidecarError(f"the sidecar sent garbage: {err}") from err
+
+
+# -- one link per process and settings -----------------------------------------------------------
+_links: dict[tuple, SidecarLink] = {}
+_links_lock = threading.Lock()
+
+
+def _key(config: Config) -> tuple:
+    return (config.interval, config.endpoint, config.node, config.bye_timeout, config.flush_interval)
+
+
+def get_link(config: Config) -> SidecarLink:
+    """The running link for these settings, started (or restarted after a death) on demand."""
+    with _links_lock:
+        link = _links.get(_key(config))
+        if link is not None and link.alive:
+            return link
+        if link is not None:
+            link.close()
+        link = SidecarLink(config)
+        _links[_key(config)] = link
+        link.start()
+        return link
+
+
+def close_all(wait: bool = False) -> None:
+    with _links_lock:
+        links = list(_links.values())
+        _links.clear()
+    for link in links:
+        link.close(wait=wait)
+
+
+def _forget_after_fork() -> None:
+    # The sidecars belong to the parent. A forked child starts its own when it needs one, and
+    # closes its copy of the pipe: else the sidecar would miss the EOF of the parent's death.
+    global _links_lock
+    for link in _links.values():
+        if link._sock is not None:
+            link._sock.close()
+            link._sock = None
+        link.dead = True
+    _links.clear()
+    _links_lock = threading.Lock()
+    spans.active = None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+atexit.register(close_all)

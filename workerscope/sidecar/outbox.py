@@ -1,0 +1,61 @@
+"""The sidecar's socket to the driver: never blocks, counts what it could not send.
+
+DEALER -> ROUTER rather than PUB/SUB: a DEALER queues frames until the driver connects (no
+slow-joiner loss), and the ROUTER can acknowledge the final bye, so the sidecar knows its last
+frames arrived before it closes (libzmq #4660 loses them otherwise over ipc://).
+"""
+
+from __future__ import annotations
+
+import time
+
+import zmq
+
+from .. import protocol
+from ..errors import ProtocolError
+
+SEND_HWM = 10_000
+LINGER_MS = 2_000
+
+
+class Outbox:
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        # A fresh context in this process: a zmq context must never cross a fork.
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.SNDHWM, SEND_HWM)
+        self._sock.setsockopt(zmq.LINGER, LINGER_MS)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+        self._sock.connect(endpoint)
+        self.sent = 0
+        self.dropped = 0
+
+    def send(self, frame: bytes) -> bool:
+        """Queue one frame; False (and counted) if the queue to the driver is full."""
+        try:
+            self._sock.send(frame, zmq.NOBLOCK)
+        except zmq.Again:
+            self.dropped += 1
+            return False
+        self.sent += 1
+        return True
+
+    def wait_ack(self, seq: int, timeout: float) -> bool:
+        """Wait for the driver to acknowledge frame `seq` (the bye). False on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self._sock.poll(int(left * 1000) + 1, zmq.POLLIN):
+                return False
+            try:
+                frame = protocol.decode_frame(self._sock.recv(zmq.NOBLOCK))
+            except (zmq.Again, ProtocolError):
+                continue  # not an ack we can read; keep waiting for the real one
+            if frame.kind == protocol.ACK and frame.body.get("seq") == seq:
+                return True
+
+    def close(self, acked: bool) -> None:
+        # Once acked there is nothing left to deliver; otherwise give queued frames a moment.
+        self._sock.close(linger=0 if acked else LINGER_MS)
+        self._ctx.term()

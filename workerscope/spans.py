@@ -1,0 +1,98 @@
+"""Span records in the worker: the current-span context, the in-process buffer, its pipe writer.
+
+The hot path is the record tuple appended to a deque (thread-safe without a lock). A flusher
+thread ships what accumulated to the sidecar every flush_interval, so spans arrive during the
+job, not only at its end, and the job's own threads never write to the pipe except at job
+boundaries.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import itertools
+import os
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from . import protocol
+
+# (job id, span id) of the innermost open span in this thread or task.
+current: contextvars.ContextVar[tuple[Optional[int], Optional[int]]] = contextvars.ContextVar(
+    "workerscope_current", default=(None, None)
+)
+_ids = itertools.count(1)
+next_id: Callable[[], int] = _ids.__next__
+now_ns: Callable[[], int] = time.monotonic_ns
+thread_id: Callable[[], int] = threading.get_native_id
+
+
+class Buffer:
+    """Span and mark records of one process, waiting to be shipped."""
+
+    def __init__(self) -> None:
+        self.records: collections.deque[tuple] = collections.deque()
+        self.thread_names: dict[int, str] = {}
+        self.new_threads: collections.deque[tuple[int, str]] = collections.deque()
+
+    def add(self, record: tuple) -> None:
+        tid = record[7]
+        if tid not in self.thread_names:
+            name = threading.current_thread().name
+            self.thread_names[tid] = name
+            self.new_threads.append((tid, name))
+        self.records.append(record)
+
+    def drain(self, job: int | None = None) -> dict[str, Any] | None:
+        """Take everything buffered as one spans message body, or None if empty."""
+        n = len(self.records)
+        if not n and not self.new_threads:
+            return None
+        popleft = self.records.popleft
+        records = [list(popleft()) for _ in range(n)]
+        threads = [list(self.new_threads.popleft()) for _ in range(len(self.new_threads))]
+        return {"pid": os.getpid(), "records": records, "threads": threads}
+
+
+# The buffer spans go to, or None when no monitor is active in this process: @timed checks
+# this one global and does nothing else when it is None.
+active: Buffer | None = None
+
+
+class Flusher:
+    """Ships a Buffer to a pipe every `interval` seconds from a daemon thread."""
+
+    def __init__(self, buffer: Buffer, send: Callable[[bytes], None], interval: float) -> None:
+        self._buffer = buffer
+        self._send = send
+        self._interval = interval
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="workerscope-flush", daemon=True)
+        self.failed: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def flush(self) -> None:
+        """Send what is buffered now, from the calling thread."""
+        body = self._buffer.drain()
+        if body is not None:
+            self._send(protocol.encode_pipe(protocol.SPANS, body))
+
+    def _run(self) -> None:
+        while not self._stop:
+            self._wake.wait(self._interval or None)
+            self._wake.clear()
+            try:
+                self.flush()
+            except OSError as err:  # the sidecar went away; the link notices on its next use
+                self.failed = err
+                return
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)

@@ -1,0 +1,340 @@
+"""The Timeline: samples, spans, marks and jobs of many workers on one wall-clock ns axis.
+
+Built from driver frames (`TimelineBuilder`), the same way in the sidecar (a job's own
+timeline), in the worker (what `monitor().timeline` returns) and in the driver (all workers).
+Each sidecar's monotonic timestamps are mapped to wall time through the (wall, monotonic)
+anchor pair in its hello; the worker's spans use the worker's own pair.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from . import protocol
+from .errors import ProtocolError, WorkerscopeError
+
+FILE_VERSION = 1
+
+
+@dataclass
+class Worker:
+    id: str
+    host: str = ""
+    node: str | None = None
+    pid: int = 0
+    sidecar_pid: int | None = None
+    interval: float | None = None
+    boot_id: str | None = None
+    status: str = "running"  # running | exited | ended | killed | sidecar_lost
+    frames: int = 0
+    lost: int = 0
+    dropped: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Job:
+    worker: str
+    id: int
+    name: str
+    start_ns: int
+    end_ns: int | None
+    status: str  # running | ok | error | killed
+    error: str | None
+    pid: int
+    tid: int | None
+
+
+@dataclass(frozen=True)
+class Span:
+    worker: str
+    job: int | None
+    id: int
+    parent: int | None
+    name: str
+    start_ns: int
+    end_ns: int
+    pid: int
+    tid: int
+    attrs: dict[str, Any] | None = None
+    error: str | None = None
+    kind: str = "span"  # span | job
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class Mark:
+    worker: str
+    job: int | None
+    name: str
+    t_ns: int
+    pid: int
+    tid: int
+    attrs: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Sample:
+    worker: str
+    t_ns: int
+    scope: str  # proc | tree | host
+    pid: int | None  # the process for proc, the tree's root for tree, None for host
+    values: dict[str, float]
+
+
+@dataclass
+class Timeline:
+    workers: dict[str, Worker] = field(default_factory=dict)
+    jobs: list[Job] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    # (worker, pid) -> process name; (worker, pid, tid) -> thread name
+    processes: dict[tuple[str, int], str] = field(default_factory=dict)
+    threads: dict[tuple[str, int, int], str] = field(default_factory=dict)
+
+    # -- building ----------------------------------------------------------------------------
+    @classmethod
+    def from_frames(cls, frames: Iterable[bytes]) -> "Timeline":
+        builder = TimelineBuilder()
+        for data in frames:
+            builder.add(protocol.decode_frame(data))
+        return builder.timeline()
+
+    @classmethod
+    def merge(cls, *timelines: "Timeline") -> "Timeline":
+        out = cls()
+        for t in timelines:
+            out.workers.update(t.workers)
+            out.jobs.extend(t.jobs)
+            out.spans.extend(t.spans)
+            out.marks.extend(t.marks)
+            out.samples.extend(t.samples)
+            out.processes.update(t.processes)
+            out.threads.update(t.threads)
+        out.sort()
+        return out
+
+    def sort(self) -> None:
+        self.jobs.sort(key=lambda j: j.start_ns)
+        self.spans.sort(key=lambda s: (s.start_ns, -s.end_ns))
+        self.marks.sort(key=lambda m: m.t_ns)
+        self.samples.sort(key=lambda s: s.t_ns)
+
+    # -- queries -----------------------------------------------------------------------------
+    @property
+    def start_ns(self) -> int | None:
+        times = [s.t_ns for s in self.samples[:1]] + [s.start_ns for s in self.spans[:1]]
+        times += [j.start_ns for j in self.jobs[:1]] + [m.t_ns for m in self.marks[:1]]
+        return min(times) if times else None
+
+    @property
+    def end_ns(self) -> int | None:
+        times = [s.t_ns for s in self.samples] + [s.end_ns for s in self.spans]
+        times += [m.t_ns for m in self.marks]
+        return max(times) if times else None
+
+    def series(self, scope: str, metric: str, worker: str | None = None,
+               pid: int | None = None) -> list[tuple[int, float]]:
+        """(t_ns, value) of one metric, e.g. series("tree", "cpu_percent")."""
+        return [
+            (s.t_ns, s.values[metric]) for s in self.samples
+            if s.scope == scope and metric in s.values
+            and (worker is None or s.worker == worker) and (pid is None or s.pid == pid)
+        ]
+
+    # -- files -------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> str:
+        """Write .wsc (native msgpack) or .json (Chrome/Perfetto trace). Returns the path."""
+        path = os.fspath(path)
+        if path.endswith(".json"):
+            import json
+
+            from .export.chrome import to_chrome
+
+            data = json.dumps(to_chrome(self), separators=(",", ":")).encode()
+        elif path.endswith(".wsc"):
+            data = protocol.encode_blob(self.to_dict())
+        else:
+            raise WorkerscopeError(f"unknown file type for {path!r}: use .wsc or .json")
+        tmp = f"{path}.tmp{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)  # a reader never sees half a file
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": FILE_VERSION,
+            "workers": [dataclasses.asdict(w) for w in self.workers.values()],
+            "jobs": [dataclasses.astuple(j) for j in self.jobs],
+            "spans": [dataclasses.astuple(s) for s in self.spans],
+            "marks": [dataclasses.astuple(m) for m in self.marks],
+            "samples": [dataclasses.astuple(s) for s in self.samples],
+            "processes": [[w, pid, name] for (w, pid), name in self.processes.items()],
+            "threads": [[w, pid, tid, name] for (w, pid, tid), name in self.threads.items()],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Timeline":
+        if not isinstance(d, dict) or d.get("version") != FILE_VERSION:
+            raise WorkerscopeError("not a workerscope timeline of a version this release reads")
+        try:
+            return cls(
+                workers={w["id"]: Worker(**w) for w in d["workers"]},
+                jobs=[Job(*j) for j in d["jobs"]],
+                spans=[Span(*s) for s in d["spans"]],
+                marks=[Mark(*m) for m in d["marks"]],
+                samples=[Sample(*s) for s in d["samples"]],
+                processes={(w, pid): name for w, pid, name in d["processes"]},
+                threads={(w, pid, tid): name for w, pid, tid, name in d["threads"]},
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise WorkerscopeError(f"damaged timeline file: {err!r}") from err
+
+
+def load(path: str | os.PathLike) -> Timeline:
+    """Read a timeline written by Timeline.save (.wsc)."""
+    path = os.fspath(path)
+    if not path.endswith(".wsc"):
+        raise WorkerscopeError(
+            f"{path!r}: load() reads workerscope's native .wsc files; a .json trace is for Perfetto"
+        )
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        raw = protocol.decode_blob(data, limit=None)
+    except ProtocolError as err:
+        raise WorkerscopeError(f"{path!r} is not a workerscope timeline: {err}") from err
+    return Timeline.from_dict(raw)
+
+
+class TimelineBuilder:
+    """Folds driver frames of any number of workers into one Timeline."""
+
+    def __init__(self) -> None:
+        self.t = Timeline()
+        self._anchor: dict[str, tuple[int, int]] = {}  # sidecar clock
+        self._worker_anchor: dict[str, tuple[int, int]] = {}  # worker's clock, for spans
+        self._open_jobs: dict[tuple[str, int], dict[str, Any]] = {}
+        self._roots: dict[str, int] = {}
+
+    def worker(self, wid: str) -> Worker:
+        w = self.t.workers.get(wid)
+        if w is None:
+            w = self.t.workers[wid] = Worker(wid)
+        return w
+
+    def _wall(self, wid: str, mono: int, spans: bool = False) -> int:
+        table = self._worker_anchor if spans and wid in self._worker_anchor else self._anchor
+        anchor = table.get(wid)
+        if anchor is None:
+            return int(mono)
+        return int(mono) - anchor[1] + anchor[0]
+
+    def add(self, frame: protocol.Frame) -> None:
+        """Fold one frame in. A malformed body raises ProtocolError; nothing is half-added."""
+        try:
+            handler = getattr(self, f"_on_{frame.kind}", None)
+            if handler is not None:
+                handler(frame.worker, frame.body)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            raise ProtocolError(f"malformed {frame.kind} frame from {frame.worker}: {err!r}") from err
+        self.worker(frame.worker).frames += 1
+
+    def _on_hello(self, wid: str, b: dict[str, Any]) -> None:
+        w = self.worker(wid)
+        w.host, w.node, w.pid = str(b["host"]), b.get("node"), int(b["pid"])
+        w.sidecar_pid, w.interval, w.boot_id = b.get("sidecar_pid"), b.get("interval"), b.get("boot_id")
+        wall, mono = b["anchor"]
+        self._anchor[wid] = (int(wall), int(mono))
+        if b.get("worker_anchor"):
+            wall, mono = b["worker_anchor"]
+            self._worker_anchor[wid] = (int(wall), int(mono))
+        self._roots[wid] = w.pid
+
+    def _on_job_start(self, wid: str, b: dict[str, Any]) -> None:
+        if wid not in self._anchor and b.get("anchor"):
+            wall, mono = b["anchor"]
+            self._anchor[wid] = (int(wall), int(mono))
+        job = {"id": int(b["job"]), "name": str(b["name"]), "start": self._wall(wid, b["t"], True),
+               "pid": int(b["pid"]), "tid": b.get("tid")}
+        self._open_jobs[(wid, job["id"])] = job
+
+    def _on_job_end(self, wid: str, b: dict[str, Any]) -> None:
+        job = self._open_jobs.pop((wid, int(b["job"])), None)
+        if job is None:
+            return  # its start was lost: the seq gap is already counted
+        end = self._wall(wid, b["t"], True)
+        _append_job(self.t, wid, job, end, str(b.get("status", "ok")), b.get("error"))
+
+    def _on_sample(self, wid: str, b: dict[str, Any]) -> None:
+        t = self._wall(wid, b["t"])
+        root = self._roots.get(wid)
+        for pid, ppid, name in b.get("new", ()):
+            self.t.processes[(wid, int(pid))] = str(name)
+        if b.get("tree"):
+            self.t.samples.append(Sample(wid, t, "tree", root, dict(b["tree"])))
+        for pid, values in b.get("procs", ()):
+            self.t.samples.append(Sample(wid, t, "proc", int(pid), dict(values)))
+        if b.get("host"):
+            self.t.samples.append(Sample(wid, t, "host", None, dict(b["host"])))
+
+    def _on_spans(self, wid: str, b: dict[str, Any]) -> None:
+        pid = int(b["pid"])
+        for tid, name in b.get("threads", ()):
+            self.t.threads[(wid, pid, int(tid))] = str(name)
+        for rec in b.get("records", ()):
+            if len(rec) != protocol.RECORD_FIELDS:
+                raise ValueError(f"span record of {len(rec)} fields")
+            rtype, job, sid, parent, name, start, end, tid, attrs, error = rec
+            if rtype == protocol.RECORD_MARK:
+                self.t.marks.append(Mark(wid, job, str(name), self._wall(wid, start, True), pid,
+                                         int(tid), attrs))
+            else:
+                self.t.spans.append(Span(wid, job, int(sid), parent, str(name),
+                                         self._wall(wid, start, True), self._wall(wid, end, True),
+                                         pid, int(tid), attrs, error))
+
+    _on_mark = _on_spans
+
+    def _on_bye(self, wid: str, b: dict[str, Any]) -> None:
+        w = self.worker(wid)
+        w.status = str(b.get("status", "exited"))
+        w.dropped = int(b.get("dropped", 0))
+        w.errors = [str(e) for e in b.get("errors", ())]
+
+    def timeline(self) -> Timeline:
+        """A copy of the timeline so far. A job still open shows as running, or as killed
+        when its worker has already said bye."""
+        t = Timeline(dict(self.t.workers), list(self.t.jobs), list(self.t.spans),
+                     list(self.t.marks), list(self.t.samples), dict(self.t.processes),
+                     dict(self.t.threads))
+        for (wid, _), job in self._open_jobs.items():
+            gone = self.t.workers[wid].status != "running"
+            _append_job(t, wid, job, t.end_ns if gone else None, "killed" if gone else "running",
+                        None)
+        t.sort()
+        return t
+
+
+def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, status: str,
+                error: Any) -> None:
+    """A job is a Job record and also the outermost span of its worker's spans."""
+    err = None if error is None else str(error)
+    t.jobs.append(Job(wid, job["id"], job["name"], job["start"], end, status, err, job["pid"],
+                      job["tid"]))
+    t.spans.append(Span(wid, job["id"], job["id"], None, job["name"], job["start"],
+                        end if end is not None else job["start"], job["pid"],
+                        job["tid"] or job["pid"], {"status": status},
+                        None if status in ("ok", "running") else (err or status), "job"))
