@@ -82,4 +82,9 @@ def resolve(environ: Mapping[str, str] | None = None, **given: object) -> Config
     for key in ("endpoint", "out", "node"):
         if key in values:
             values[key] = str(values[key])
+    endpoint = values.get("endpoint")
+    if endpoint is not None and not str(endpoint).startswith(("tcp://", "ipc://")):
+        raise ConfigError(
+            f"endpoint must be a ZeroMQ address like tcp://HOST:PORT or ipc:///path, got {endpoint!r}"
+        )
     return Config(**values)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ from typing import Any, Callable, TypeVar, overload
 
 from . import light, protocol, spans
 from .config import Config, resolve
-from .errors import SidecarError
+from .errors import SidecarError, WorkerscopeError
 from .timeline import Job, Span, Timeline, Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -36,6 +36,8 @@ def _wrap(fn: F, name: str | None, attrs: dict[str, Any] | None) -> F:
             if buf is None:
                 return await fn(*args, **kwargs)
             job, parent = spans.current.get()
+            if job is None:
+                job = spans.default_job
             sid = spans.next_id()
             token = spans.current.set((job, sid))
             start = spans.now_ns()
@@ -57,6 +59,8 @@ def _wrap(fn: F, name: str | None, attrs: dict[str, Any] | None) -> F:
         if buf is None:
             return fn(*args, **kwargs)
         job, parent = spans.current.get()
+        if job is None:
+            job = spans.default_job
         sid = spans.next_id()
         token = spans.current.set((job, sid))
         start = spans.now_ns()
@@ -117,6 +121,8 @@ class _Span:
 
     def __enter__(self) -> "_Span":
         self.job, self.parent = spans.current.get()
+        if self.job is None:
+            self.job = spans.default_job
         self.sid = spans.next_id()
         self.token = spans.current.set((self.job, self.sid))
         self.start = spans.now_ns()
@@ -143,6 +149,8 @@ def mark(name: str, **attrs: Any) -> None:
     if buf is None:
         return
     job, parent = spans.current.get()
+    if job is None:
+        job = spans.default_job
     t = spans.now_ns()
     buf.add((protocol.RECORD_MARK, job, spans.next_id(), parent, name, t, t, spans.thread_id(),
              attrs or None, None))
@@ -150,22 +158,24 @@ def mark(name: str, **attrs: Any) -> None:
 
 # -- jobs ------------------------------------------------------------------------------------------
 _active_lock = threading.Lock()
-_active_jobs = 0
+_active_jobs: list[int] = []
 
 
-def _activate(buf: spans.Buffer) -> None:
-    global _active_jobs
+def _activate(buf: spans.Buffer, job: int) -> None:
     with _active_lock:
-        _active_jobs += 1
+        _active_jobs.append(job)
         spans.active = buf
+        # Threads the job starts do not inherit its context; while one job alone runs in this
+        # process, their spans belong to it. With several at once, that would be a guess.
+        spans.default_job = _active_jobs[0] if len(_active_jobs) == 1 else None
 
 
-def _deactivate() -> None:
-    global _active_jobs
+def _deactivate(job: int) -> None:
     with _active_lock:
-        _active_jobs -= 1
-        if _active_jobs <= 0:
-            _active_jobs = 0
+        if job in _active_jobs:
+            _active_jobs.remove(job)
+        spans.default_job = _active_jobs[0] if len(_active_jobs) == 1 else None
+        if not _active_jobs:
             spans.active = None
 
 
@@ -196,12 +206,12 @@ class _HeavyJob:
             self.link = None
         buf = self.link.buffer if self.link is not None else spans.Buffer()
         self.buffer = buf
-        _activate(buf)
+        _activate(buf, self.job)
         self.token = spans.current.set((self.job, self.job))
 
     def end(self, exc: BaseException | None) -> None:
         spans.current.reset(self.token)
-        _deactivate()
+        _deactivate(self.job)
         status = "ok" if exc is None else "error"
         error = None if exc is None else type(exc).__qualname__
         if self.link is not None:
@@ -213,7 +223,13 @@ class _HeavyJob:
             except SidecarError as err:
                 self.lost = str(err)
                 _warn(f"sidecar lost during the job: {err}")
+                self.buffer = self.link.buffer
         self.timeline = self._lost_timeline(status, error)
+        if self.config.out:
+            try:
+                self.timeline.save(self.config.out)
+            except (OSError, WorkerscopeError) as err:
+                _warn(f"could not write {self.config.out}: {err}")
 
     def _lost_timeline(self, status: str, error: str | None) -> Timeline:
         """What the worker alone still knows when its sidecar is gone: the job and its
@@ -228,8 +244,11 @@ class _HeavyJob:
         t.jobs.append(Job(wid, self.job, self.name, self.start_ns, end, status, error, pid, None))
         t.spans.append(Span(wid, self.job, self.job, None, self.name, self.start_ns, end, pid,
                             threading.get_native_id(), {"status": status}, error, "job"))
+        bodies = list(self.link.unsent) if self.link is not None else []
         body = self.buffer.drain()
-        for rec in body["records"] if body else ():
+        if body is not None:
+            bodies.append(body)
+        for rec in (r for b in bodies for r in b["records"]):
             rtype, job, sid, parent, name, start, stop, tid, attrs, err = rec
             if rtype == protocol.RECORD_SPAN and job == self.job:
                 t.spans.append(Span(wid, job, sid, parent, name, start + offset, stop + offset,
@@ -306,3 +325,7 @@ class profiled:
         job.end(None)
         self.last_timeline = job.timeline
         return result
+
+
+# A forked child runs none of its parent's jobs.
+os.register_at_fork(after_in_child=_active_jobs.clear)

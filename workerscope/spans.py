@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Optional
 
 from . import protocol
+from .errors import WorkerscopeError
 
 # (job id, span id) of the innermost open span in this thread or task.
 current: contextvars.ContextVar[tuple[Optional[int], Optional[int]]] = contextvars.ContextVar(
@@ -58,6 +59,8 @@ class Buffer:
 # The buffer spans go to, or None when no monitor is active in this process: @timed checks
 # this one global and does nothing else when it is None.
 active: Buffer | None = None
+# The job that spans of threads without a job context belong to (None when ambiguous).
+default_job: int | None = None
 
 
 class Flusher:
@@ -71,6 +74,8 @@ class Flusher:
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="workerscope-flush", daemon=True)
         self.failed: BaseException | None = None
+        # Batches that could not be sent: kept for the timeline the worker builds alone.
+        self.unsent: list[dict[str, Any]] = []
 
     def start(self) -> None:
         self._thread.start()
@@ -79,7 +84,11 @@ class Flusher:
         """Send what is buffered now, from the calling thread."""
         body = self._buffer.drain()
         if body is not None:
-            self._send(protocol.encode_pipe(protocol.SPANS, body))
+            try:
+                self._send(protocol.encode_pipe(protocol.SPANS, body))
+            except WorkerscopeError:
+                self.unsent.append(body)
+                raise
 
     def _run(self) -> None:
         while not self._stop:
@@ -87,7 +96,7 @@ class Flusher:
             self._wake.clear()
             try:
                 self.flush()
-            except OSError as err:  # the sidecar went away; the link notices on its next use
+            except WorkerscopeError as err:  # the sidecar went away; the link knows it is dead
                 self.failed = err
                 return
 

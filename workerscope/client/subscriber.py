@@ -106,10 +106,12 @@ class Subscriber:
 
     # -- queries -----------------------------------------------------------------------------
     def wait(self, jobs: int | None = None, timeout: float | None = None,
-             byes: int | None = None) -> bool:
-        """Block until `jobs` jobs have ended (and `byes` workers said bye). False on timeout."""
+             byes: int | None = None, started: int | None = None) -> bool:
+        """Block until `jobs` jobs have ended, `started` jobs have started and `byes` workers
+        have said bye (each when given). False on timeout."""
         def done() -> bool:
             ok = jobs is None or self.jobs_ended >= jobs
+            ok = ok and (started is None or self.jobs_started >= started)
             if byes is not None:
                 ok = ok and sum(w.status != "running" for w in self._builder.t.workers.values()) >= byes
             return ok
@@ -150,12 +152,13 @@ class Subscriber:
             self._bad(str(err))
             return
         with self._cond:
+            self._count(frame)  # it arrived, even if its body turns out malformed
             try:
                 self._builder.add(frame)
             except ProtocolError as err:
-                self._bad(str(err))
+                self.bad_frames += 1
+                self.last_error = str(err)
                 return
-            self._count(frame)
             if frame.kind == protocol.JOB_START:
                 self.jobs_started += 1
             elif frame.kind == protocol.JOB_END:

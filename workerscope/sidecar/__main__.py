@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import zmq
+
 from .. import protocol
 from ..errors import ProtocolError
 from .host import HostSampler
@@ -45,7 +47,15 @@ class Sidecar:
         self.node = node
         self.bye_timeout = bye_timeout
         self.reader = protocol.PipeReader()
-        self.outbox = Outbox(endpoint) if endpoint else None
+        self.errors: list[str] = []
+        self.outbox: Outbox | None = None
+        if endpoint:
+            try:
+                self.outbox = Outbox(endpoint)
+            except zmq.ZMQError as err:
+                # The job goes on; its timeline still reaches the worker and the out file.
+                self.errors.append(f"cannot connect to the driver at {endpoint}: {err}")
+                print(f"workerscope sidecar: {self.errors[-1]}", file=sys.stderr)
         self.tree = ProcessTree(target, exclude=frozenset({os.getpid()}))
         self.host = HostSampler()
         self.jobs: dict[int, OpenJob] = {}
@@ -54,7 +64,6 @@ class Sidecar:
         self.worker_id = ""
         self.next_tick = 0
         self.samples = 0
-        self.errors: list[str] = []
 
     # -- frames ------------------------------------------------------------------------------
     def emit(self, kind: str, body: dict[str, Any], jobs: list[OpenJob] | None = None) -> bytes:
@@ -234,8 +243,8 @@ class Sidecar:
         body["sent"] = self.outbox.sent + 1
         body["dropped"] = self.outbox.dropped
         self.emit(protocol.BYE, body, jobs=[])
-        acked = self.outbox.wait_ack(self.seq, self.bye_timeout)
-        self.outbox.close(acked)
+        self.outbox.wait_ack(self.seq, self.bye_timeout)
+        self.outbox.close()
         return 0
 
 

@@ -43,6 +43,13 @@ class SidecarLink:
         self._flusher: spans.Flusher | None = None
         self.dead = False
 
+    @property
+    def unsent(self) -> list[dict[str, Any]]:
+        """Span batches the sidecar never received (it died): the worker keeps them."""
+        if self._flusher is None:
+            self._flusher = spans.Flusher(self.buffer, self._write, self.config.flush_interval)
+        return self._flusher.unsent
+
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self.spawn()
@@ -125,11 +132,14 @@ class SidecarLink:
     def job_end(self, job: int, status: str, error: str | None, want_timeline: bool) -> list[bytes] | None:
         """Close the job; with want_timeline, wait for the sidecar's frames of it."""
         t = time.monotonic_ns()
-        assert self._flusher is not None
         with self._lock:
             body = self.buffer.drain()
             if body is not None:
-                self._write_locked(protocol.encode_pipe(protocol.SPANS, body))
+                try:
+                    self._write_locked(protocol.encode_pipe(protocol.SPANS, body))
+                except SidecarError:
+                    self.unsent.append(body)
+                    raise
             self._write_locked(protocol.encode_pipe(protocol.JOB_END, {
                 "job": job, "t": t, "status": status, "error": error, "reply": want_timeline,
             }))
@@ -229,6 +239,7 @@ def _forget_after_fork() -> None:
     _links.clear()
     _links_lock = threading.Lock()
     spans.active = None
+    spans.default_job = None
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

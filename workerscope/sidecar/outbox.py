@@ -55,7 +55,8 @@ class Outbox:
             if frame.kind == protocol.ACK and frame.body.get("seq") == seq:
                 return True
 
-    def close(self, acked: bool) -> None:
-        # Once acked there is nothing left to deliver; otherwise give queued frames a moment.
-        self._sock.close(linger=0 if acked else LINGER_MS)
+    def close(self) -> None:
+        # Called after the bye was acknowledged (nothing left to deliver) or after bye_timeout
+        # went by without an answer: the driver had that long to drain the queue.
+        self._sock.close(linger=0)
         self._ctx.term()

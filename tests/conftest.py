@@ -1,0 +1,63 @@
+"""Shared fixtures. Every test must leave no sidecar, child process or socket behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import psutil
+import pytest
+
+from workerscope.sidecar import launcher
+
+
+def _is_mp_helper(p: psutil.Process) -> bool:
+    """multiprocessing's own long-lived helper (resource tracker), shared by all tests."""
+    try:
+        return "multiprocessing.resource_tracker" in " ".join(p.cmdline())
+    except psutil.Error:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Fail a test that leaves a sidecar or other child process running."""
+    yield
+    launcher.close_all(wait=True)
+    me = psutil.Process()
+    kids = [p for p in me.children(recursive=True) if not _is_mp_helper(p)]
+    _, alive = psutil.wait_procs(kids, timeout=10)
+    left = []
+    for p in alive:
+        try:
+            left.append((p.pid, " ".join(p.cmdline())[:120]))
+            p.kill()
+        except psutil.NoSuchProcess:
+            continue  # it ended just now, on its own
+    psutil.wait_procs(alive, timeout=5)
+    assert not left, f"test left processes running: {left}"
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    """No WORKERSCOPE_* variable from the caller's shell leaks into a test."""
+    for name in list(os.environ):
+        if name.startswith("WORKERSCOPE_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def python_script(code: str) -> list[str]:
+    """argv running `code` (dedented) in a fresh interpreter."""
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def burn_code(seconds: float) -> str:
+    return f"import time\nt = time.perf_counter() + {seconds}\nwhile time.perf_counter() < t: pass\n"
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workerscope", *args], capture_output=True,
+                          text=True, timeout=timeout)

@@ -1,0 +1,34 @@
+"""Job functions shipped to worker processes (importable by name, so they pickle)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from workerscope import timed
+
+
+@timed
+def load_rows(n):
+    return list(range(n))
+
+
+@timed
+def crunch(rows):
+    end = time.perf_counter() + 0.05
+    while time.perf_counter() < end:
+        pass
+    return sum(rows)
+
+
+def job(n):
+    return {"n": n, "total": crunch(load_rows(n)), "pid": os.getpid()}
+
+
+def wait_then_sleep(flag_path, seconds):
+    """Announce the job is running (create flag_path), then sleep."""
+    load_rows(3)
+    with open(flag_path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(seconds)
+    return "done"

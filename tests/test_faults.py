@@ -1,0 +1,150 @@
+"""Faults that must not lose data or hurt the job: killed worker, killed sidecar, no driver,
+bad frames."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+import zmq
+from conftest import python_script
+from jobs import job, load_rows
+
+from workerscope import Subscriber, load, monitor, profiled, protocol
+from workerscope.sidecar import launcher
+
+TESTS = os.path.dirname(__file__)
+
+
+def test_worker_sigkilled_mid_job_still_delivers(clean_env, tmp_path):
+    """SIGKILL of the worker: the sidecar sees EOF, takes a last sample, and delivers the
+    timeline with status killed to the driver and to the out file."""
+    out = tmp_path / "killed.wsc"
+    spans_seen = threading.Event()
+
+    def on_frame(frame):
+        if frame.kind == protocol.SPANS and frame.body["records"]:
+            spans_seen.set()
+
+    with Subscriber(on_frame=on_frame) as sub:
+        worker = subprocess.Popen(python_script(f"""
+            import sys; sys.path.insert(0, {TESTS!r})
+            from jobs import wait_then_sleep
+            from workerscope import profiled
+            profiled(wait_then_sleep, mode="heavy", interval=0.05, endpoint={sub.endpoint!r},
+                     out={str(out)!r})({str(tmp_path / 'flag')!r}, 120)
+        """))
+        try:
+            assert spans_seen.wait(30), "the job's first spans never arrived"
+        finally:
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+        assert sub.wait(jobs=1, byes=1, timeout=30)
+        t = sub.timeline()
+    (w,) = t.workers.values()
+    assert w.status == "killed" and w.pid == worker.pid and w.lost == 0
+    (j,) = t.jobs
+    assert j.status == "killed"
+    assert "load_rows" in {s.name for s in t.spans}
+    last = max(s.t_ns for s in t.samples if s.scope == "tree")
+    assert last >= j.start_ns
+    saved = load(out)
+    assert [x.status for x in saved.jobs] == ["killed"]
+    assert "load_rows" in {s.name for s in saved.spans}
+
+
+def test_sidecar_killed_mid_job_leaves_result_unchanged(clean_env):
+    """Killing the sidecar mid-block changes nothing for the job; its timeline says so."""
+    with monitor(interval=0.05) as m:
+        link = next(iter(launcher._links.values()))
+        link.proc.kill()
+        link.proc.wait()
+        assert load_rows(3) == [0, 1, 2]
+    (w,) = m.timeline.workers.values()
+    assert w.status == "sidecar_lost"
+    assert "load_rows" in {s.name for s in m.timeline.spans}, "spans not yet shipped are kept"
+    assert [j.status for j in m.timeline.jobs] == ["ok"]
+
+
+def test_profiled_survives_sidecar_death_and_restarts_it(clean_env, tmp_path):
+    """A heavy call whose sidecar dies returns fn's result; the next call gets a new sidecar."""
+    out = tmp_path / "lost.wsc"
+    wrapped = profiled(job, mode="heavy", interval=0.05, out=str(out))
+    assert wrapped(3) == job(3)
+    first = next(iter(launcher._links.values())).proc
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert wrapped(4) == job(4)
+    assert load(out).workers.popitem()[1].status in ("sidecar_lost", "running")
+    assert wrapped(5) == job(5)
+    second = next(iter(launcher._links.values())).proc
+    assert second.pid != first.pid and second.poll() is None
+
+
+def test_no_driver_listening_never_blocks(clean_env):
+    """With nothing at the endpoint, jobs run at full speed and the sidecar gives up at bye."""
+    clean_env.setenv("WORKERSCOPE_BYE_TIMEOUT", "0.3")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free, and nobody listens once closed
+    wrapped = profiled(job, mode="heavy", interval=0.01, endpoint=f"tcp://127.0.0.1:{port}")
+    results = [wrapped(i) for i in range(20)]
+    assert results == [job(i) for i in range(20)]
+    link = next(iter(launcher._links.values()))
+    launcher.close_all(wait=True)
+    assert link.proc.returncode == 0
+
+
+def _raw_dealer(endpoint):
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 1000)
+    sock.connect(endpoint)
+    return ctx, sock
+
+
+def test_subscriber_survives_bad_frames_and_counts_gaps(clean_env):
+    """Garbage is counted and skipped; a seq gap of 3 is counted as 3 frames lost."""
+    with Subscriber() as sub:
+        ctx, sock = _raw_dealer(sub.endpoint)
+        try:
+            sock.send(b"\x00garbage")
+            sock.send(protocol.encode_frame("sample", "w1", 0, {"t": "not-a-number"}))
+            anchor = [time.time_ns(), time.monotonic_ns()]
+            sock.send(protocol.encode_frame("hello", "w1", 1, {"host": "h", "pid": 1,
+                                                                "anchor": anchor}))
+            sock.send(protocol.encode_frame("job_start", "w1", 2, {"job": 1, "name": "j", "t": 0,
+                                                                    "pid": 1}))
+            sock.send(protocol.encode_frame("job_end", "w1", 6, {"job": 1, "t": 10,
+                                                                  "status": "ok"}))
+            assert sub.wait(jobs=1, timeout=10)
+        finally:
+            sock.close()
+            ctx.term()
+        assert sub.bad_frames == 2 and "malformed sample" in (sub.last_error or "")
+        assert sub.lost == {"w1": 3}
+        t = sub.timeline()
+        assert [j.name for j in t.jobs] == ["j"] and t.workers["w1"].lost == 3
+
+
+def test_ipc_endpoint_is_private(clean_env):
+    """An ipc:// Subscriber's socket file is 0600, and a job can stream to it."""
+    with Subscriber("ipc://") as sub:
+        path = sub.endpoint[len("ipc://"):]
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        with monitor(interval=0.5, endpoint=sub.endpoint):
+            load_rows(2)
+        assert sub.wait(jobs=1, timeout=10)
+    assert not os.path.exists(path)
+
+
+def test_default_listens_on_loopback_only(clean_env):
+    """The default Subscriber binds 127.0.0.1, never all interfaces."""
+    with Subscriber() as sub:
+        assert sub.endpoint.startswith("tcp://127.0.0.1:")

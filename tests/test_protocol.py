@@ -1,0 +1,84 @@
+"""The wire format: round trips, and untrusted bytes that raise ProtocolError and nothing else."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workerscope import protocol
+from workerscope.errors import ProtocolError
+
+
+def test_frame_round_trip():
+    """A frame decodes to the kind, worker, seq and body it was encoded with."""
+    data = protocol.encode_frame(protocol.SAMPLE, "host:1:2", 7, {"t": 5, "tree": {"rss_bytes": 3}})
+    frame = protocol.decode_frame(data)
+    assert frame == protocol.Frame("sample", "host:1:2", 7, {"t": 5, "tree": {"rss_bytes": 3}})
+
+
+@pytest.mark.parametrize("payload, why", [
+    (b"", "not a msgpack"),
+    (b"\xc1", "not a msgpack"),
+    (msgpack.packb({"a": 1}), "5-item array"),
+    (msgpack.packb([2, "sample", "w", 0, {}]), "version"),
+    (msgpack.packb([1, "bogus", "w", 0, {}]), "unknown frame kind"),
+    (msgpack.packb([1, "sample", "", 0, {}]), "worker id"),
+    (msgpack.packb([1, "sample", "w", -1, {}]), "seq"),
+    (msgpack.packb([1, "sample", "w", True, {}]), "seq"),
+    (msgpack.packb([1, "sample", "w", 0, []]), "body"),
+    (msgpack.packb([1, "sample", "w", 0, {1: 2}]), "not a msgpack"),  # strict_map_key
+])
+def test_bad_frames_raise_protocol_error(payload, why):
+    """Each kind of malformed frame is refused with a ProtocolError that says what is wrong."""
+    with pytest.raises(ProtocolError, match=why):
+        protocol.decode_frame(payload)
+
+
+def test_oversized_frame_refused_before_decoding():
+    """A frame over the size cap is refused without being unpacked."""
+    with pytest.raises(ProtocolError, match="exceeds"):
+        protocol.decode_frame(b"\x00" * (protocol.MAX_FRAME_BYTES + 1))
+
+
+def test_huge_declared_length_does_not_allocate():
+    """An array header claiming 2**32-1 items in a tiny frame fails fast, allocating nothing big."""
+    with pytest.raises(ProtocolError):
+        protocol.decode_frame(b"\xdd\xff\xff\xff\xff")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=256))
+def test_random_bytes_only_raise_protocol_error(data):
+    """Fuzz: any bytes either decode to a valid Frame or raise ProtocolError."""
+    try:
+        frame = protocol.decode_frame(data)
+    except ProtocolError:
+        return
+    assert isinstance(frame.body, dict)
+
+
+def test_pipe_reader_reassembles_split_messages():
+    """Messages split at every byte boundary come out whole and in order."""
+    data = protocol.encode_pipe("job_start", {"job": 1}) + protocol.encode_pipe("close", {})
+    reader = protocol.PipeReader()
+    out = []
+    for i in range(len(data)):
+        out += reader.feed(data[i:i + 1])
+    assert out == [("job_start", {"job": 1}), ("close", {})]
+    assert reader.pending == 0
+
+
+def test_pipe_reader_refuses_bad_messages():
+    """A pipe message of an unknown kind, or one declaring an absurd length, is refused."""
+    with pytest.raises(ProtocolError):
+        protocol.PipeReader().feed(protocol.encode_pipe("nonsense", {}))
+    with pytest.raises(ProtocolError, match="exceeds"):
+        protocol.PipeReader().feed(b"\xff\xff\xff\xff")
+
+
+def test_no_pickle_anywhere_on_the_wire():
+    """Objects msgpack cannot represent are refused, never pickled."""
+    with pytest.raises(TypeError):
+        protocol.encode_frame(protocol.SAMPLE, "w", 0, {"x": object()})
