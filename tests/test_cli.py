@@ -1,0 +1,106 @@
+"""The command line: run, listen, demo, on real processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+
+from conftest import burn_code, python_script, run_cli
+from jobs import job
+
+from workerscope import load, profiled
+
+
+def chrome_events(path):
+    with open(path) as f:
+        data = json.load(f)
+    return data["traceEvents"]
+
+
+def test_run_samples_whole_tree(clean_env, tmp_path):
+    """`run` on a command whose 2 children each burn a core: counters for all 3 pids, and the
+    tree reaches at least 150 % CPU."""
+    out = tmp_path / "t.json"
+    code = f"""
+        import subprocess, sys
+        kids = [subprocess.Popen([sys.executable, "-c", {burn_code(2.0)!r}]) for _ in range(2)]
+        print(" ".join(str(k.pid) for k in kids), flush=True)
+        for k in kids:
+            k.wait()
+    """
+    r = run_cli("run", "--interval", "0.2", "-o", str(out), "--", *python_script(code))
+    assert r.returncode == 0, r.stderr
+    kid_pids = {int(p) for p in r.stdout.split()}
+    events = chrome_events(out)
+    counters = defaultdict(set)
+    for e in events:
+        if e["ph"] == "C":
+            counters[e["pid"]].add(e["name"])
+    assert kid_pids <= set(counters), counters.keys()
+    assert len(counters) == 3
+    for pid in kid_pids:
+        assert "proc.cpu_percent" in counters[pid] and "proc.rss_bytes" in counters[pid]
+    tree_cpu = [e["args"]["value"] for e in events if e["name"] == "tree.cpu_percent"]
+    assert max(tree_cpu) >= 150
+    assert "wrote" in r.stderr
+
+
+def test_run_passes_exit_status_through(clean_env, tmp_path):
+    """`run` exits with the command's status; a signal death reads as 128+N."""
+    r = run_cli("run", "-o", str(tmp_path / "a.wsc"), "--", sys.executable, "-c", "raise SystemExit(3)")
+    assert r.returncode == 3
+    (j,) = load(tmp_path / "a.wsc").jobs
+    assert (j.status, j.error) == ("error", "exit status 3")
+    r = run_cli("run", "-o", str(tmp_path / "b.wsc"), "--", sys.executable, "-c",
+                "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert r.returncode == 137
+
+
+def test_run_errors_are_clear(clean_env):
+    """No command, or one that does not exist, is a one-line error and exit status 2."""
+    r = run_cli("run")
+    assert r.returncode == 2 and "nothing to run" in r.stderr
+    r = run_cli("run", "--", "/nonexistent/command")
+    assert r.returncode == 2 and "cannot start" in r.stderr
+    r = run_cli("run", "--interval", "0", "--", "true")
+    assert r.returncode == 2 and "interval" in r.stderr
+
+
+def test_listen_collects_jobs_then_exits(clean_env, tmp_path):
+    """`listen --jobs 2` prints a line per frame, stops after 2 jobs, and writes the timeline."""
+    out = tmp_path / "all.wsc"
+    proc = subprocess.Popen([sys.executable, "-m", "workerscope", "listen", "--jobs", "2",
+                             "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("listening on tcp://127.0.0.1:"), first
+        endpoint = first.split()[-1]
+        wrapped = profiled(job, mode="heavy", interval=0.05, endpoint=endpoint)
+        assert [wrapped(1), wrapped(2)] == [job(1), job(2)]
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert stdout.count("job end") == 2 and "hello" in stdout and "sample" in stdout
+    t = load(out)
+    assert [j.status for j in t.jobs] == ["ok", "ok"]
+
+
+def test_demo_writes_trace_with_three_or_more_pids(clean_env, tmp_path):
+    """`demo` writes .wsc and .json; the JSON holds X spans and C counters for 3+ pids."""
+    r = run_cli("demo", "-o", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert str(tmp_path / "demo.json") in r.stdout
+    events = chrome_events(tmp_path / "demo.json")
+    x_pids = {e["pid"] for e in events if e["ph"] == "X"}
+    c_pids = {e["pid"] for e in events if e["ph"] == "C"}
+    assert len(x_pids) >= 3 and len(c_pids) >= 3
+    t = load(tmp_path / "demo.wsc")
+    names = {s.name for s in t.spans}
+    assert {"burn_cpu", "hold_memory", "write_file", "io", "helper_process", "task"} <= names
+    assert len(t.jobs) == 6 and all(j.status == "ok" for j in t.jobs)

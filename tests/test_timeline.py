@@ -1,0 +1,116 @@
+"""The Timeline: merge across workers, clock mapping, native files and the Chrome trace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workerscope import Timeline, load, protocol
+from workerscope.errors import WorkerscopeError
+from workerscope.export.chrome import to_chrome
+from workerscope.timeline import Sample, Span, Worker
+
+
+def frames_of_worker(wid, host, pid, wall, mono, records=(), jobs=((1, 100, 900),)):
+    """Frames one sidecar would send: hello, jobs, one sample, the given span records."""
+    seq = iter(range(1000))
+    out = [protocol.encode_frame("hello", wid, next(seq), {
+        "host": host, "pid": pid, "anchor": [wall, mono], "interval": 0.1})]
+    for job, start, end in jobs:
+        out.append(protocol.encode_frame("job_start", wid, next(seq),
+                                         {"job": job, "name": f"job{job}", "t": mono + start,
+                                          "pid": pid, "tid": pid}))
+    out.append(protocol.encode_frame("sample", wid, next(seq), {
+        "t": mono + 500, "tree": {"cpu_percent": 50.0}, "procs": [[pid, {"rss_bytes": 10}]],
+        "host": {"cpu_percent": 5.0}, "new": [[pid, 1, "python"]]}))
+    out.append(protocol.encode_frame("spans", wid, next(seq), {
+        "pid": pid, "records": [list(r) for r in records], "threads": [[pid, "MainThread"]]}))
+    for job, start, end in jobs:
+        out.append(protocol.encode_frame("job_end", wid, next(seq),
+                                         {"job": job, "t": mono + end, "status": "ok"}))
+    return out
+
+
+def test_two_workers_share_one_wall_axis():
+    """Monotonic times of two sidecars with different anchors land on one wall-clock axis."""
+    rec = (protocol.RECORD_SPAN, 1, 2, 1, "f", 200, 300, 11, None, None)
+    a = frames_of_worker("a", "h1", 11, wall=1_000_000, mono=0, records=[rec])
+    rec_b = (protocol.RECORD_SPAN, 1, 2, 1, "f", 50_200, 50_300, 11, None, None)
+    b = frames_of_worker("b", "h2", 11, wall=1_000_000, mono=50_000, records=[rec_b])
+    t = Timeline.from_frames(a + b)
+    fa, fb = (s for s in t.spans if s.name == "f")
+    assert fa.start_ns == fb.start_ns == 1_000_200
+    assert {s.t_ns for s in t.samples} == {1_000_500}
+    assert len(t.jobs) == 2 and {j.worker for j in t.jobs} == {"a", "b"}
+
+
+def test_wsc_round_trip(tmp_path):
+    """save(.wsc) then load gives back an equal timeline."""
+    t = Timeline.from_frames(frames_of_worker(
+        "w", "h", 5, 10**18, 0, records=[(0, 1, 2, 1, "f", 200, 300, 5, {"k": [1, 2]}, "ValueError")]))
+    path = t.save(tmp_path / "t.wsc")
+    back = load(path)
+    assert back == t
+
+
+def test_load_refuses_what_it_cannot_read(tmp_path):
+    """Garbage, a foreign msgpack file, and .json are refused with WorkerscopeError."""
+    (tmp_path / "bad.wsc").write_bytes(b"\xc1\xc1")
+    (tmp_path / "other.wsc").write_bytes(protocol.encode_blob({"version": 99}))
+    for name in ("bad.wsc", "other.wsc", "x.json"):
+        with pytest.raises(WorkerscopeError):
+            load(tmp_path / name)
+    with pytest.raises(WorkerscopeError, match="use .wsc or .json"):
+        Timeline().save(tmp_path / "t.txt")
+
+
+def test_save_is_atomic_on_failure(tmp_path):
+    """A save into a missing folder raises and leaves no partial file behind."""
+    with pytest.raises(OSError):
+        Timeline().save(tmp_path / "missing" / "t.wsc")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _span(sid, start, end, tid=1, pid=10, parent=None, worker="w"):
+    return Span(worker, 1, sid, parent, f"s{sid}", start, end, pid, tid)
+
+
+def test_chrome_trace_structure():
+    """X events are relative microseconds; counters are <scope>.<metric>; names are M events."""
+    t = Timeline(workers={"w": Worker("w", host="h", pid=10)},
+                 spans=[_span(1, 10_000, 20_000), _span(2, 12_000, 15_000, parent=1)],
+                 samples=[Sample("w", 10_000, "tree", 10, {"cpu_percent": 99.0}),
+                          Sample("w", 11_000, "proc", 12, {"rss_bytes": 5})],
+                 processes={("w", 10): "python", ("w", 12): "child"},
+                 threads={("w", 10, 1): "MainThread"})
+    d = to_chrome(t)
+    json.dumps(d)  # serialisable as is
+    ev = d["traceEvents"]
+    xs = [e for e in ev if e["ph"] == "X"]
+    assert [(e["name"], e["ts"], e["dur"]) for e in xs] == [("s1", 0.0, 10.0), ("s2", 2.0, 3.0)]
+    cs = {(e["name"], e["pid"]) for e in ev if e["ph"] == "C"}
+    assert cs == {("tree.cpu_percent", 10), ("proc.rss_bytes", 12)}
+    names = {(e["name"], e["pid"]) for e in ev if e["ph"] == "M"}
+    assert ("process_name", 12) in names and ("thread_name", 10) in names
+    assert d["otherData"]["origin_unix_ns"] == 10_000
+
+
+def test_chrome_overlapping_spans_become_async():
+    """Spans that overlap without nesting on one thread go out as b/e pairs, not broken X."""
+    t = Timeline(workers={"w": Worker("w", host="h", pid=10)},
+                 spans=[_span(1, 0, 10_000), _span(2, 5_000, 15_000)])
+    ev = to_chrome(t)["traceEvents"]
+    assert [e["name"] for e in ev if e["ph"] == "X"] == ["s1"]
+    be = [(e["ph"], e["name"]) for e in ev if e["ph"] in "be"]
+    assert be == [("b", "s2"), ("e", "s2")]
+
+
+def test_chrome_colliding_pids_of_two_hosts_are_separated():
+    """The same pid on two hosts becomes two trace processes, and the mapping is recorded."""
+    t = Timeline(workers={"a": Worker("a", host="h1", pid=10), "b": Worker("b", host="h2", pid=10)},
+                 spans=[_span(1, 0, 10, worker="a"), _span(1, 0, 10, worker="b")])
+    d = to_chrome(t)
+    pids = {e["pid"] for e in d["traceEvents"] if e["ph"] == "X"}
+    assert len(pids) == 2 and 10 in pids
+    assert list(d["otherData"]["remapped_pids"]) == ["h2:10"]

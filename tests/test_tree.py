@@ -1,0 +1,63 @@
+"""ProcessTree on real process trees: discovery, vanishing members, totals that never fall."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from conftest import burn_code, python_script
+
+from workerscope.sidecar.tree import ProcessTree
+
+
+def test_grandchildren_found_and_self_excluded():
+    """Children and grandchildren are members; the excluded pid (the sidecar) is not."""
+    parent = subprocess.Popen(python_script("""
+        import subprocess, sys
+        kid = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                               stdin=subprocess.PIPE)
+        print(kid.pid, flush=True)
+        sys.stdin.read()
+        kid.stdin.close(); kid.wait()
+    """), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        grandkid = int(parent.stdout.readline())
+        tree = ProcessTree(os.getpid(), exclude=frozenset({parent.pid}))
+        tree.discover()
+        assert parent.pid not in tree.members and grandkid not in tree.members
+        tree = ProcessTree(os.getpid())
+        new, gone = tree.discover()
+        assert {parent.pid, grandkid, os.getpid()} <= set(tree.members)
+        assert (grandkid, parent.pid) in {(pid, ppid) for pid, ppid, _ in new}
+    finally:
+        parent.stdin.close()
+        parent.wait()
+    new, gone = tree.discover()
+    assert parent.pid in gone and grandkid in gone
+
+
+def test_cpu_of_exited_children_still_counted():
+    """Children that burn CPU and exit between two readings still add to tree CPU time."""
+    tree = ProcessTree(os.getpid())
+    tree.discover()
+    before, _ = tree.read(time.monotonic_ns())
+    for _ in range(3):
+        subprocess.run([sys.executable, "-c", burn_code(0.2)], check=True)
+    tree.discover()
+    after, _ = tree.read(time.monotonic_ns())
+    gained = (after["cpu_user_s"] + after["cpu_system_s"]) - (
+        before["cpu_user_s"] + before["cpu_system_s"])
+    assert gained >= 0.55, gained
+
+
+def test_member_vanishing_mid_read_is_normal():
+    """A member that exits between discovery and reading is dropped, not raised."""
+    kid = subprocess.Popen([sys.executable, "-c", "pass"])
+    tree = ProcessTree(os.getpid())
+    tree.discover()
+    kid.wait()
+    tree_values, procs = tree.read(time.monotonic_ns())
+    assert kid.pid not in {pid for pid, _ in procs}
+    assert tree_values["num_procs"] >= 1
