@@ -22,11 +22,24 @@ import zmq
 
 from .. import protocol
 from ..errors import ProtocolError
-from .host import HostSampler
+from .host import HostSampler, net_namespace, read_net_dev
 from .outbox import Outbox
 from .tree import ProcessTree
 
 HELLO_TIMEOUT = 30.0
+_PROC = ["cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes", "peak_rss_bytes", "uss_bytes",
+         "pss_bytes", "read_bytes", "write_bytes", "read_chars", "write_chars", "num_threads",
+         "num_fds", "ctx_switches_voluntary", "ctx_switches_involuntary"]
+METRICS = {
+    "proc": _PROC,
+    "tree": _PROC + ["num_procs", "unreadable_procs", "net_sent_bytes", "net_recv_bytes",
+                     "net_sent_packets", "net_recv_packets"],
+    "host": ["cpu_percent", "cpu_percent_core<k>", "cpu_iowait_percent", "cpu_steal_percent",
+             "mem_used_bytes", "mem_available_bytes", "mem_total_bytes", "swap_used_bytes",
+             "cgroup_mem_limit_bytes", "cgroup_mem_used_bytes", "net_sent_bytes",
+             "net_recv_bytes", "net_sent_packets", "net_recv_packets", "disk_read_bytes",
+             "disk_write_bytes", "load_1m", "load_5m", "load_15m"],
+}
 
 
 @dataclass
@@ -57,7 +70,8 @@ class Sidecar:
                 self.errors.append(f"cannot connect to the driver at {endpoint}: {err}")
                 print(f"workerscope sidecar: {self.errors[-1]}", file=sys.stderr)
         self.tree = ProcessTree(target, exclude=frozenset({os.getpid()}))
-        self.host = HostSampler()
+        self.host = HostSampler(target)
+        self.net_scope = "host"
         self.jobs: dict[int, OpenJob] = {}
         self.seq = -1
         self.hello = b""
@@ -75,10 +89,16 @@ class Sidecar:
             job.frames.append(data)
         return data
 
-    def sample(self) -> None:
+    def sample(self, every_name: bool = False) -> None:
+        """One sample to the driver and every open job. every_name: list every member as new
+        (a job's first sample), so each job's own timeline can name its processes."""
         now = time.monotonic_ns()
         new, gone = self.tree.discover()
+        if every_name:
+            new = [(pid, m.ppid, m.name) for pid, m in self.tree.members.items()]
         tree, procs = self.tree.read(now)
+        if self.net_scope == "namespace":
+            tree.update(read_net_dev(self.target) or {})
         body: dict[str, Any] = {"t": now, "tree": tree, "procs": procs, "host": self.host.read()}
         if new:
             body["new"] = [list(n) for n in new]
@@ -91,7 +111,13 @@ class Sidecar:
     def on_hello(self, body: dict[str, Any]) -> None:
         if body.get("target"):
             self.target = int(body["target"])
-            self.tree = ProcessTree(self.target, exclude=frozenset({os.getpid()}))
+        self.tree = ProcessTree(self.target, exclude=frozenset({os.getpid()}),
+                                uss_every_ns=int(max(self.interval, 1.0) * 1e9))
+        self.host = HostSampler(self.target)
+        # /proc has no per-process network bytes. A tree in a network namespace of its own
+        # has its own counters; otherwise network is host-wide and labelled so.
+        own_ns = net_namespace(self.target)
+        self.net_scope = "namespace" if own_ns and own_ns != net_namespace(os.getpid()) else "host"
         host = socket.gethostname()
         prefix = f"{self.node}/" if self.node else ""
         self.worker_id = f"{prefix}{host}:{self.target}:{os.getpid()}"
@@ -99,13 +125,7 @@ class Sidecar:
             "node": self.node, "host": host, "pid": self.target, "sidecar_pid": os.getpid(),
             "interval": self.interval, "anchor": [time.time_ns(), time.monotonic_ns()],
             "worker_anchor": body.get("anchor"), "boot_id": _boot_id(),
-            "metrics": {"proc": ["cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes",
-                                 "read_bytes", "write_bytes", "num_threads"],
-                        "tree": ["cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes",
-                                 "read_bytes", "write_bytes", "num_threads", "num_procs"],
-                        "host": ["cpu_percent", "cpu_percent_core<k>", "mem_used_bytes",
-                                 "mem_available_bytes", "net_sent_bytes", "net_recv_bytes",
-                                 "disk_read_bytes", "disk_write_bytes"]},
+            "metrics": METRICS, "net_scope": self.net_scope,
         }
         self.hello = self.emit(protocol.HELLO, hello, jobs=[])
         self.reply(protocol.READY, {"worker": self.worker_id, "pid": os.getpid()})
@@ -113,13 +133,17 @@ class Sidecar:
     def on_job_start(self, body: dict[str, Any]) -> None:
         job = OpenJob(int(body["job"]), str(body.get("name", "job")), body.get("out"), [self.hello])
         first = not self.jobs
+        if first:
+            # Per-job peaks in a warm worker: the kernel's high-water marks restart now.
+            self.tree.discover()
+            self.tree.reset_peaks()
         self.jobs[job.job] = job
         self.emit(protocol.JOB_START, {
             "job": job.job, "name": job.name, "t": body.get("t", time.monotonic_ns()),
             "pid": body.get("pid", self.target), "tid": body.get("tid"),
             "anchor": [time.time_ns(), time.monotonic_ns()],
         }, jobs=[job])
-        self.sample()
+        self.sample(every_name=True)
         if first:
             self.next_tick = time.monotonic_ns() + self.interval_ns
 

@@ -1,55 +1,153 @@
-"""Host-wide readings: CPU per core, memory, network and disk bytes. Unreadable means absent."""
+"""Host-wide readings: CPU per core, memory (and the cgroup's limit), swap, disk, network, load.
+
+What cannot be read is absent, never 0; `errors` says once what was missing and why.
+"""
 
 from __future__ import annotations
 
+import os
+
 import psutil
 
+UNLIMITED = 1 << 60  # cgroup v1 writes a huge number for "no limit"
 
-def _busy_and_total(t) -> tuple[float, float]:
-    total = sum(t)
-    # idle and iowait are not busy; steal is time the hypervisor took, also not ours.
-    idle = t.idle + getattr(t, "iowait", 0.0) + getattr(t, "steal", 0.0)
-    return total - idle, total
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    if not text or text == "max":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return None if value >= UNLIMITED else value
+
+
+def cgroup_memory_files(pid: int) -> tuple[str | None, str | None]:
+    """(limit file, usage file) of pid's memory cgroup, v2 or v1, or None where there is none."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None, None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "" and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            for base in (f"/sys/fs/cgroup{path}", "/sys/fs/cgroup"):
+                if os.path.exists(f"{base}/memory.max"):
+                    return f"{base}/memory.max", f"{base}/memory.current"
+        if "memory" in controllers.split(","):
+            # Inside a container the cgroup path often names the host's hierarchy while the
+            # container sees its own cgroup at the mount root: try both.
+            for base in (f"/sys/fs/cgroup/memory{path}", "/sys/fs/cgroup/memory"):
+                if os.path.exists(f"{base}/memory.limit_in_bytes"):
+                    return f"{base}/memory.limit_in_bytes", f"{base}/memory.usage_in_bytes"
+    return None, None
+
+
+def net_namespace(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def read_net_dev(pid: int) -> dict[str, float] | None:
+    """Bytes and packets summed over the interfaces of pid's network namespace."""
+    totals = [0, 0, 0, 0]
+    try:
+        with open(f"/proc/{pid}/net/dev") as f:
+            lines = f.readlines()[2:]
+    except OSError:
+        return None
+    for line in lines:
+        _, _, data = line.partition(":")
+        cols = data.split()
+        if len(cols) >= 10:
+            totals[0] += int(cols[0])  # rx bytes
+            totals[1] += int(cols[1])  # rx packets
+            totals[2] += int(cols[8])  # tx bytes
+            totals[3] += int(cols[9])  # tx packets
+    return {"net_recv_bytes": totals[0], "net_recv_packets": totals[1],
+            "net_sent_bytes": totals[2], "net_sent_packets": totals[3]}
 
 
 class HostSampler:
-    def __init__(self) -> None:
-        self._last_cores: list[tuple[float, float]] | None = None
+    def __init__(self, pid: int | None = None) -> None:
+        self._last_cores: list[tuple[float, ...]] | None = None
+        self._limit_file, self._usage_file = cgroup_memory_files(pid or os.getpid())
+        self.errors: dict[str, str] = {}
+
+    def _cpu(self, out: dict[str, float]) -> None:
+        try:
+            times = psutil.cpu_times(percpu=True)
+        except (OSError, RuntimeError) as err:
+            self.errors.setdefault("cpu", str(err))
+            return
+        cores = [(sum(t), t.idle, getattr(t, "iowait", 0.0), getattr(t, "steal", 0.0))
+                 for t in times]
+        last = self._last_cores
+        self._last_cores = cores
+        if not last or len(last) != len(cores):
+            return
+        busy_all = iowait_all = steal_all = span_all = 0.0
+        for k, (now, before) in enumerate(zip(cores, last)):
+            span = now[0] - before[0]
+            idle, iowait, steal = (now[i] - before[i] for i in (1, 2, 3))
+            # idle, iowait and steal (time the hypervisor gave to others) are not busy.
+            busy = span - idle - iowait - steal
+            pct = min(max(100.0 * busy / span, 0.0), 100.0) if span > 0 else 0.0
+            out[f"cpu_percent_core{k}"] = pct
+            busy_all += max(busy, 0.0)
+            iowait_all += iowait
+            steal_all += steal
+            span_all += max(span, 0.0)
+        if span_all > 0:
+            out["cpu_percent"] = min(100.0 * busy_all / span_all, 100.0)
+            out["cpu_iowait_percent"] = 100.0 * iowait_all / span_all
+            out["cpu_steal_percent"] = 100.0 * steal_all / span_all
 
     def read(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        try:
-            cores = [_busy_and_total(t) for t in psutil.cpu_times(percpu=True)]
-        except (OSError, RuntimeError):
-            cores = None
-        if cores and self._last_cores and len(cores) == len(self._last_cores):
-            percents = []
-            for k, ((busy, total), (busy0, total0)) in enumerate(zip(cores, self._last_cores)):
-                span = total - total0
-                pct = 100.0 * (busy - busy0) / span if span > 0 else 0.0
-                pct = min(max(pct, 0.0), 100.0)
-                out[f"cpu_percent_core{k}"] = pct
-                percents.append(pct)
-            out["cpu_percent"] = sum(percents) / len(percents)
-        self._last_cores = cores
+        self._cpu(out)
         try:
             vm = psutil.virtual_memory()
             out["mem_used_bytes"] = vm.used
             out["mem_available_bytes"] = vm.available
-        except (OSError, RuntimeError):
-            pass  # left absent: no value is better than a wrong 0
+            out["mem_total_bytes"] = vm.total
+            sw = psutil.swap_memory()
+            out["swap_used_bytes"] = sw.used
+        except (OSError, RuntimeError) as err:
+            self.errors.setdefault("memory", str(err))
+        if self._limit_file:
+            limit = _read_int(self._limit_file)
+            usage = _read_int(self._usage_file) if self._usage_file else None
+            if limit is not None:
+                out["cgroup_mem_limit_bytes"] = limit
+            if usage is not None:
+                out["cgroup_mem_used_bytes"] = usage
         try:
             net = psutil.net_io_counters()
             if net is not None:
                 out["net_sent_bytes"] = net.bytes_sent
                 out["net_recv_bytes"] = net.bytes_recv
-        except (OSError, RuntimeError):
-            pass  # left absent
+                out["net_sent_packets"] = net.packets_sent
+                out["net_recv_packets"] = net.packets_recv
+        except (OSError, RuntimeError) as err:
+            self.errors.setdefault("network", str(err))
         try:
             disk = psutil.disk_io_counters()
             if disk is not None:
                 out["disk_read_bytes"] = disk.read_bytes
                 out["disk_write_bytes"] = disk.write_bytes
-        except (OSError, RuntimeError):
-            pass  # left absent
+        except (OSError, RuntimeError) as err:
+            self.errors.setdefault("disk", str(err))
+        try:
+            out["load_1m"], out["load_5m"], out["load_15m"] = os.getloadavg()
+        except OSError as err:
+            self.errors.setdefault("load", str(err))
         return out

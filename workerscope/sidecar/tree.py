@@ -3,7 +3,7 @@
 Children are found by reading /proc/PID/task/TID/children of the members we already know,
 which costs a few small reads per member; psutil's children(recursive=True) scans all of /proc
 instead and dominates the cost on busy hosts. Where that file is missing (kernels without
-CONFIG_PROC_CHILDREN, other OSes), psutil's scan is the fallback.
+CONFIG_PROC_CHILDREN), psutil's scan is the fallback.
 
 One psutil.Process per pid for its whole life: a new object per tick would lose the CPU times
 that cpu_percent needs (psrecord #47).
@@ -18,19 +18,18 @@ import psutil
 
 _HAVE_CHILDREN_FILE = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
-
-@dataclass
-class Member:
-    proc: psutil.Process
-    ppid: int
-    name: str
-    # Last readings, kept so a member that vanishes still counts in the tree totals.
-    cpu_user: float = 0.0
-    cpu_system: float = 0.0
-    own_cpu: float | None = None
-    read_bytes: int = 0
-    write_bytes: int = 0
-    t: int | None = None
+# Counters that only grow; a member that leaves keeps its share in the tree total.
+COUNTERS = ("read_bytes", "write_bytes", "read_chars", "write_chars",
+            "ctx_switches_voluntary", "ctx_switches_involuntary")
+# Like CPU times, the kernel adds a reaped child's IO to its parent's /proc/PID/io (but not its
+# context switches), so these are carried only when no member of the tree reaps the process.
+FOLDED_INTO_REAPER = frozenset({"read_bytes", "write_bytes", "read_chars", "write_chars"})
+_STATUS_FIELDS = {
+    b"VmHWM": "peak_rss_bytes",
+    b"voluntary_ctxt_switches": "ctx_switches_voluntary",
+    b"nonvoluntary_ctxt_switches": "ctx_switches_involuntary",
+    b"Threads": "num_threads",
+}
 
 
 def _children_of(pid: int) -> list[int] | None:
@@ -49,21 +48,64 @@ def _children_of(pid: int) -> list[int] | None:
     return kids
 
 
+def _status(pid: int) -> dict[str, float]:
+    """Peak RSS, threads and context switches from one read of /proc/PID/status."""
+    out: dict[str, float] = {}
+    with open(f"/proc/{pid}/status", "rb") as f:
+        for line in f:
+            key, _, rest = line.partition(b":")
+            name = _STATUS_FIELDS.get(key)
+            if name is not None:
+                parts = rest.split()
+                value = int(parts[0])
+                out[name] = value * 1024 if name == "peak_rss_bytes" else value
+    return out
+
+
+def reset_peak(pid: int) -> bool:
+    """Reset pid's RSS high-water mark (VmHWM) to its current RSS, so a warm worker's next job
+    reports its own peak (Lithops #970). False where the kernel or permissions don't allow it."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")  # 5 touches nothing but the peak (see proc(5))
+        return True
+    except OSError:
+        return False
+
+
+@dataclass
+class Member:
+    proc: psutil.Process
+    ppid: int
+    name: str
+    # Last readings, kept so a member that vanishes still counts in the tree totals.
+    cpu_user: float = 0.0
+    cpu_system: float = 0.0
+    own_cpu: float | None = None
+    counters: dict[str, float] = field(default_factory=dict)
+    uss: tuple[float, float] | None = None  # (uss, pss) of the last full memory reading
+    t: int | None = None
+    uss_t: int = 0
+
+
 @dataclass
 class ProcessTree:
     """Members of the tree rooted at `root`, leaving out `exclude` (the sidecar itself)."""
 
     root: int
     exclude: frozenset[int] = frozenset()
+    # uss/pss need /proc/PID/smaps_rollup, ~150 us a process: read them at most this often.
+    uss_every_ns: int = 1_000_000_000
     members: dict[int, Member] = field(default_factory=dict)
-    # CPU and IO of members that left the tree without being reaped into a member's
+    # CPU and counters of members that left the tree without being reaped into a member's
     # children-times (reparented away, or the root itself gone): kept so totals never fall.
     carried_user: float = 0.0
     carried_system: float = 0.0
-    carried_read: int = 0
-    carried_write: int = 0
+    carried: dict[str, float] = field(default_factory=dict)
     last_cpu_total: float = 0.0
     last_t: int | None = None
+    peak_rss: int = 0
+    last_counters: dict[str, float] = field(default_factory=dict)
     unreadable: set[int] = field(default_factory=set)
 
     def discover(self) -> tuple[list[tuple[int, int, str]], list[int]]:
@@ -82,16 +124,16 @@ class ProcessTree:
                     continue
                 seen[pid] = ppid
                 stack.extend((kid, pid) for kid in kids)
-        else:  # pragma: no cover - exercised on non-Linux only
+        else:  # pragma: no cover - kernels without CONFIG_PROC_CHILDREN
             seen = {}
             try:
                 rootp = psutil.Process(self.root)
                 seen[self.root] = 0
-                for kid in rootp.children(recursive=True):
-                    if kid.pid not in self.exclude:
-                        seen[kid.pid] = 0
+                seen.update((k.pid, 0) for k in rootp.children(recursive=True))
             except psutil.Error:
-                pass  # the root is gone: the tree is empty
+                seen = {}  # the root is gone: the tree is empty
+            for pid in self.exclude:
+                seen.pop(pid, None)
         new = []
         for pid, ppid in seen.items():
             if pid in self.members:
@@ -111,23 +153,31 @@ class ProcessTree:
 
     def _retire(self, pid: int) -> None:
         m = self.members.pop(pid)
-        self.carried_read += m.read_bytes
-        self.carried_write += m.write_bytes
-        if m.ppid not in self.members:
+        reaped_inside = m.ppid in self.members
+        for key, value in m.counters.items():
+            if not (reaped_inside and key in FOLDED_INTO_REAPER):
+                self.carried[key] = self.carried.get(key, 0) + value
+        if not reaped_inside:
             # Nobody in the tree will reap it, so its CPU would vanish from the sum.
             self.carried_user += m.cpu_user
             self.carried_system += m.cpu_system
+
+    def reset_peaks(self) -> None:
+        """Start a new job: each member's VmHWM and the tree's peak restart from now."""
+        for pid in self.members:
+            reset_peak(pid)
+        self.peak_rss = 0
 
     def read(self, now_ns: int) -> tuple[dict[str, float], list[list]]:
         """One reading of every member and of the tree. Values that can't be read are absent."""
         procs: list[list] = []
         tree_user = self.carried_user
         tree_system = self.carried_system
-        tree_read = self.carried_read
-        tree_write = self.carried_write
-        rss = 0
-        threads = 0
-        io_ok = True
+        sums: dict[str, float] = {"rss_bytes": 0, "num_threads": 0, "peak_rss_bytes": 0}
+        counter_ok = {k: True for k in COUNTERS}
+        uss_ok = True
+        sums_uss = [0.0, 0.0]
+        fds_ok, fds = True, 0
         vanished = []
         for pid, m in self.members.items():
             values: dict[str, float] = {}
@@ -135,15 +185,11 @@ class ProcessTree:
                 with m.proc.oneshot():
                     ct = m.proc.cpu_times()
                     mem = m.proc.memory_info()
-                    values["num_threads"] = m.proc.num_threads()
-                    try:
-                        io = m.proc.io_counters()
-                    except (psutil.AccessDenied, AttributeError):
-                        io = None
-            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                status = _status(pid)
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError, ProcessLookupError):
                 vanished.append(pid)
                 continue
-            except psutil.AccessDenied:
+            except (psutil.AccessDenied, PermissionError):
                 self.unreadable.add(pid)
                 continue
             own = ct.user + ct.system
@@ -155,18 +201,47 @@ class ProcessTree:
             values["cpu_user_s"] = ct.user
             values["cpu_system_s"] = ct.system
             values["rss_bytes"] = mem.rss
+            values.update(status)
+            try:
+                io = m.proc.io_counters()
+                m.counters.update(read_bytes=io.read_bytes, write_bytes=io.write_bytes,
+                                  read_chars=io.read_chars, write_chars=io.write_chars)
+            except (psutil.AccessDenied, AttributeError, psutil.NoSuchProcess) as err:
+                if isinstance(err, psutil.AccessDenied):
+                    self.unreadable.add(pid)
+                for key in ("read_bytes", "write_bytes", "read_chars", "write_chars"):
+                    counter_ok[key] = False
+            for key in ("ctx_switches_voluntary", "ctx_switches_involuntary"):
+                if key in status:
+                    m.counters[key] = status[key]
+                else:
+                    counter_ok[key] = False
+            for key in COUNTERS:
+                if key in m.counters:
+                    values[key] = m.counters[key]
+            try:
+                values["num_fds"] = m.proc.num_fds()
+                fds += values["num_fds"]
+            except psutil.Error:
+                fds_ok = False
+            if now_ns - m.uss_t >= self.uss_every_ns:
+                m.uss_t = now_ns
+                try:
+                    full = m.proc.memory_full_info()
+                    m.uss = (full.uss, getattr(full, "pss", 0.0))
+                except (psutil.Error, OSError):
+                    m.uss = None
+            if m.uss is not None:
+                values["uss_bytes"], values["pss_bytes"] = m.uss
+                sums_uss[0] += m.uss[0]
+                sums_uss[1] += m.uss[1]
+            else:
+                uss_ok = False
             tree_user += m.cpu_user
             tree_system += m.cpu_system
-            rss += mem.rss
-            threads += values["num_threads"]
-            if io is not None:
-                m.read_bytes, m.write_bytes = io.read_bytes, io.write_bytes
-                values["read_bytes"] = io.read_bytes
-                values["write_bytes"] = io.write_bytes
-            else:
-                io_ok = False
-            tree_read += m.read_bytes
-            tree_write += m.write_bytes
+            sums["rss_bytes"] += mem.rss
+            sums["num_threads"] += status.get("num_threads", 0)
+            sums["peak_rss_bytes"] += status.get("peak_rss_bytes", mem.rss)
             procs.append([pid, values])
         for pid in vanished:
             self._retire(pid)
@@ -182,9 +257,23 @@ class ProcessTree:
                 tree["cpu_percent"] = (total - self.last_cpu_total) / seconds * 100.0
             self.last_cpu_total, self.last_t = total, now_ns
         if procs:
-            tree["rss_bytes"] = rss
-            tree["num_threads"] = threads
-            if io_ok:
-                tree["read_bytes"] = tree_read
-                tree["write_bytes"] = tree_write
+            tree["rss_bytes"] = sums["rss_bytes"]
+            tree["num_threads"] = sums["num_threads"]
+            # An upper bound: the sum of each member's own peak, and members peak at different
+            # times. It never misses a peak that fell between two samples.
+            self.peak_rss = max(self.peak_rss, int(sums["peak_rss_bytes"]))
+            tree["peak_rss_bytes"] = self.peak_rss
+            for key in COUNTERS:
+                if counter_ok[key]:
+                    total = self.carried.get(key, 0) + sum(
+                        m.counters.get(key, 0) for m in self.members.values())
+                    # An exited child not yet reaped has left the sum, and its parent's
+                    # counters have not grown yet: hold the total until they do.
+                    tree[key] = self.last_counters[key] = max(total, self.last_counters.get(key, 0))
+            if fds_ok:
+                tree["num_fds"] = fds
+            if uss_ok:
+                tree["uss_bytes"], tree["pss_bytes"] = sums_uss
+        if self.unreadable:
+            tree["unreadable_procs"] = len(self.unreadable & set(self.members))
         return tree, procs
