@@ -6,10 +6,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import psutil
 import pytest
 
+from workerscope import Subscriber, protocol
 from workerscope.sidecar import launcher
 
 
@@ -61,3 +63,36 @@ def burn_code(seconds: float) -> str:
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "workerscope", *args], capture_output=True,
                           text=True, timeout=timeout)
+
+
+class SampleCounter:
+    """A Subscriber that counts sample frames, so a test can wait for the sampler to tick
+    instead of sleeping."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._cond = threading.Condition()
+        self.sub = Subscriber(on_frame=self._on_frame)
+
+    def _on_frame(self, frame: protocol.Frame) -> None:
+        if frame.kind == protocol.SAMPLE:
+            with self._cond:
+                self.count += 1
+                self._cond.notify_all()
+
+    @property
+    def endpoint(self) -> str:
+        return self.sub.endpoint
+
+    def wait(self, more: int, timeout: float = 30) -> None:
+        with self._cond:
+            target = self.count + more
+            assert self._cond.wait_for(lambda: self.count >= target, timeout), "no samples came"
+
+
+@pytest.fixture
+def samples():
+    """A started SampleCounter; pass .endpoint to monitor() and call .wait(n)."""
+    counter = SampleCounter()
+    with counter.sub:
+        yield counter

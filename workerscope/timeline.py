@@ -33,6 +33,7 @@ class Worker:
     lost: int = 0
     dropped: int = 0
     errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the sidecar could not measure, once each
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,10 @@ class TimelineBuilder:
             self.t.samples.append(Sample(wid, t, "proc", int(pid), dict(values)))
         if b.get("host"):
             self.t.samples.append(Sample(wid, t, "host", None, dict(b["host"])))
+        for index, values in b.get("gpus", ()):
+            self.t.samples.append(Sample(wid, t, f"gpu{int(index)}", None, dict(values)))
+        notes = self.worker(wid).notes
+        notes.extend(str(n) for n in b.get("notes", ()) if str(n) not in notes)
 
     def _on_spans(self, wid: str, b: dict[str, Any]) -> None:
         pid = int(b["pid"])

@@ -22,6 +22,7 @@ import zmq
 
 from .. import protocol
 from ..errors import ProtocolError
+from .gpu import GpuSampler
 from .host import HostSampler, net_namespace, read_net_dev
 from .outbox import Outbox
 from .tree import ProcessTree
@@ -29,11 +30,14 @@ from .tree import ProcessTree
 HELLO_TIMEOUT = 30.0
 _PROC = ["cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes", "peak_rss_bytes", "uss_bytes",
          "pss_bytes", "read_bytes", "write_bytes", "read_chars", "write_chars", "num_threads",
-         "num_fds", "ctx_switches_voluntary", "ctx_switches_involuntary"]
+         "num_fds", "ctx_switches_voluntary", "ctx_switches_involuntary", "gpu_mem_bytes",
+         "gpu_util_percent"]
 METRICS = {
     "proc": _PROC,
     "tree": _PROC + ["num_procs", "unreadable_procs", "net_sent_bytes", "net_recv_bytes",
                      "net_sent_packets", "net_recv_packets"],
+    "gpu<i>": ["util_percent", "mem_util_percent", "mem_used_bytes", "mem_total_bytes", "power_w",
+               "temp_c", "sm_clock_mhz"],
     "host": ["cpu_percent", "cpu_percent_core<k>", "cpu_iowait_percent", "cpu_steal_percent",
              "mem_used_bytes", "mem_available_bytes", "mem_total_bytes", "swap_used_bytes",
              "cgroup_mem_limit_bytes", "cgroup_mem_used_bytes", "net_sent_bytes",
@@ -71,6 +75,8 @@ class Sidecar:
                 print(f"workerscope sidecar: {self.errors[-1]}", file=sys.stderr)
         self.tree = ProcessTree(target, exclude=frozenset({os.getpid()}))
         self.host = HostSampler(target)
+        self.gpu: GpuSampler | None = None
+        self.noted: set[str] = set()
         self.net_scope = "host"
         self.jobs: dict[int, OpenJob] = {}
         self.seq = -1
@@ -100,6 +106,21 @@ class Sidecar:
         if self.net_scope == "namespace":
             tree.update(read_net_dev(self.target) or {})
         body: dict[str, Any] = {"t": now, "tree": tree, "procs": procs, "host": self.host.read()}
+        if self.gpu is None:
+            self.gpu = GpuSampler()  # here, not at start-up: NVML's init can take a while
+        if self.gpu.available:
+            gpus, per_pid = self.gpu.read(set(self.tree.members), now)
+            body["gpus"] = gpus
+            for pid, values in procs:
+                values.update(per_pid.get(pid, {}))
+            if self.gpu.sees_processes or per_pid:
+                for key in ("gpu_mem_bytes", "gpu_util_percent"):
+                    tree[key] = sum(v.get(key, 0) for v in per_pid.values())
+        notes = self.gpu.take_notes() + [f"host: {k}: {v}" for k, v in self.host.errors.items()
+                                          if f"host: {k}: {v}" not in self.noted]
+        if notes:
+            self.noted.update(notes)
+            body["notes"] = notes
         if new:
             body["new"] = [list(n) for n in new]
         if gone:

@@ -1,0 +1,225 @@
+"""GPU readings: NVIDIA through nvidia-ml-py (NVML), AMD through amdsmi when it is installed.
+
+The only module that imports either, lazily. NVML is initialised once and its handles cached;
+every call is guarded: a metric a device does not support is noted once and not asked again, a
+lost GPU is noted and left alone, and sampling goes on without it. Process lists cost
+milliseconds and serialise the driver, so they are read at most once a second.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+PROCESS_POLL_NS = 1_000_000_000
+
+
+class GpuSampler:
+    """Device values per GPU, and GPU memory and SM use per process of the tree."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []  # new notes, taken by the caller with take_notes()
+        self._noted: set[str] = set()
+        self.devices: list[Any] = []
+        self._nvml: Any = None
+        self._unsupported: set[tuple[int, str]] = set()
+        self._lost: set[int] = set()
+        self._last_procs_ns = 0
+        self._proc_mem: dict[int, dict[int, int]] = {}  # device -> pid -> bytes
+        self._proc_sm: dict[int, dict[int, float]] = {}  # device -> pid -> percent
+        self._util_ts: dict[int, int] = {}  # last NVML timestamp seen per device
+        self._amd: Any = None
+        self._start()
+
+    def note(self, text: str) -> None:
+        if text not in self._noted:
+            self._noted.add(text)
+            self.notes.append(text)
+
+    def take_notes(self) -> list[str]:
+        notes, self.notes = self.notes, []
+        return notes
+
+    # -- set-up --------------------------------------------------------------------------------
+    def _start(self) -> None:
+        try:
+            import pynvml  # the nvidia-ml-py package
+        except ImportError:
+            self.note("gpu: nvidia-ml-py is not installed; no NVIDIA GPU metrics")
+            pynvml = None
+        if pynvml is not None:
+            try:
+                pynvml.nvmlInit()
+                count = pynvml.nvmlDeviceGetCount()
+                self.devices = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+                self._nvml = pynvml
+                if not count:
+                    self.note("gpu: NVML found no NVIDIA device")
+            except pynvml.NVMLError as err:
+                self.note(f"gpu: no NVIDIA GPU metrics ({err})")
+            except OSError as err:  # a broken library file
+                self.note(f"gpu: cannot load NVML ({err})")
+        if not self.devices:
+            self._start_amd()
+
+    def _start_amd(self) -> None:
+        try:
+            import amdsmi  # optional extra
+        except ImportError:
+            return
+        try:
+            amdsmi.amdsmi_init()
+            self.devices = list(amdsmi.amdsmi_get_processor_handles())
+            self._amd = amdsmi
+        except Exception as err:  # amdsmi raises its own AmdSmiException family
+            self.note(f"gpu: no AMD GPU metrics ({err})")
+
+    @property
+    def available(self) -> bool:
+        return bool(self.devices)
+
+    @property
+    def sees_processes(self) -> bool:
+        """Whether any GPU process list has been read (tree GPU totals mean something)."""
+        return any(self._proc_mem.values())
+
+    # -- one sample ----------------------------------------------------------------------------
+    def read(self, tree_pids: set[int], now_ns: int) -> tuple[list[list], dict[int, dict[str, float]]]:
+        """([[index, device values], ...], {pid: {"gpu_mem_bytes": .., "gpu_util_percent": ..}})."""
+        if self._nvml is not None:
+            return self._read_nvml(tree_pids, now_ns)
+        if self._amd is not None:
+            return self._read_amd(tree_pids, now_ns)
+        return [], {}
+
+    def _call(self, index: int, metric: str, fn: Any, *args: Any) -> Any:
+        """fn(*args), or None when the device can't answer (noted once, not asked again)."""
+        nv = self._nvml
+        if (index, metric) in self._unsupported or index in self._lost:
+            return None
+        try:
+            return fn(*args)
+        except nv.NVMLError_GpuIsLost:
+            self._lost.add(index)
+            self.note(f"gpu{index}: the GPU is lost; no further readings from it")
+        except (nv.NVMLError_NotSupported, nv.NVMLError_FunctionNotFound):
+            self._unsupported.add((index, metric))
+            self.note(f"gpu{index}: {metric} not supported by this device or driver")
+        except nv.NVMLError as err:
+            self.note(f"gpu{index}: {metric}: {err}")
+        return None
+
+    def _read_nvml(self, tree_pids: set[int], now_ns: int) -> tuple[list[list], dict[int, dict[str, float]]]:
+        nv = self._nvml
+        out = []
+        for i, h in enumerate(self.devices):
+            values: dict[str, float] = {}
+            util = self._call(i, "util_percent", nv.nvmlDeviceGetUtilizationRates, h)
+            if util is not None:
+                values["util_percent"] = util.gpu
+                values["mem_util_percent"] = util.memory
+            mem = self._call(i, "mem_used_bytes", nv.nvmlDeviceGetMemoryInfo, h)
+            if mem is not None:
+                values["mem_used_bytes"] = mem.used
+                values["mem_total_bytes"] = mem.total
+            power = self._call(i, "power_w", nv.nvmlDeviceGetPowerUsage, h)
+            if power is not None:
+                values["power_w"] = power / 1000.0
+            temp = self._call(i, "temp_c", nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU)
+            if temp is not None:
+                values["temp_c"] = temp
+            clock = self._call(i, "sm_clock_mhz", nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM)
+            if clock is not None:
+                values["sm_clock_mhz"] = clock
+            if values:
+                out.append([i, values])
+        if now_ns - self._last_procs_ns >= PROCESS_POLL_NS:
+            self._last_procs_ns = now_ns
+            self._poll_processes()
+        return out, self._per_pid(tree_pids)
+
+    def _poll_processes(self) -> None:
+        nv = self._nvml
+        for i, h in enumerate(self.devices):
+            mem: dict[int, int] = {}
+            for metric, fn in (("compute processes", nv.nvmlDeviceGetComputeRunningProcesses),
+                               ("graphics processes", nv.nvmlDeviceGetGraphicsRunningProcesses)):
+                for p in self._call(i, metric, fn, h) or ():
+                    mem[p.pid] = mem.get(p.pid, 0) + (p.usedGpuMemory or 0)
+            self._proc_mem[i] = mem
+            # Without the last timestamp NVML returns stale samples from its whole buffer.
+            samples = self._call(i, "process utilization", nv.nvmlDeviceGetProcessUtilization, h,
+                                 self._util_ts.get(i, 0))
+            sm: dict[int, float] = {}
+            for s in samples or ():
+                sm[s.pid] = max(sm.get(s.pid, 0.0), float(s.smUtil))
+                self._util_ts[i] = max(self._util_ts.get(i, 0), s.timeStamp)
+            self._proc_sm[i] = sm
+
+    def _per_pid(self, tree_pids: set[int]) -> dict[int, dict[str, float]]:
+        per: dict[int, dict[str, float]] = {}
+        seen_any = False
+        for i in range(len(self.devices)):
+            for pid, used in self._proc_mem.get(i, {}).items():
+                seen_any = True
+                key = _match(pid, tree_pids)
+                if key is not None:
+                    d = per.setdefault(key, {})
+                    d["gpu_mem_bytes"] = d.get("gpu_mem_bytes", 0) + used
+            for pid, util in self._proc_sm.get(i, {}).items():
+                key = _match(pid, tree_pids)
+                if key is not None:
+                    d = per.setdefault(key, {})
+                    d["gpu_util_percent"] = d.get("gpu_util_percent", 0.0) + util
+        if seen_any and not per and not any(os.path.exists(f"/proc/{p}") for i in self._proc_mem
+                                            for p in self._proc_mem[i]):
+            # NVML reports host pids; in a container with its own pid namespace none exist here.
+            self.note("gpu: GPU processes cannot be matched to this tree (a separate pid "
+                      "namespace or MIG); per-process GPU values are absent, device values remain")
+        return per
+
+    def _read_amd(self, tree_pids: set[int], now_ns: int) -> tuple[list[list], dict[int, dict[str, float]]]:
+        amd = self._amd
+        out = []
+        for i, h in enumerate(self.devices):
+            if i in self._lost:
+                continue
+            values: dict[str, float] = {}
+            try:
+                act = amd.amdsmi_get_gpu_activity(h)
+                values["util_percent"] = float(act["gfx_activity"])
+                vram = amd.amdsmi_get_gpu_vram_usage(h)
+                values["mem_used_bytes"] = float(vram["vram_used"]) * 1024 * 1024
+                values["mem_total_bytes"] = float(vram["vram_total"]) * 1024 * 1024
+            except Exception as err:  # amdsmi raises its own AmdSmiException family
+                self._lost.add(i)
+                self.note(f"gpu{i}: AMD readings stopped ({err})")
+            if values:
+                out.append([i, values])
+        return out, {}
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except self._nvml.NVMLError as err:
+                self.note(f"gpu: shutdown: {err}")
+
+
+def _match(pid: int, tree_pids: set[int]) -> int | None:
+    """The tree member that NVML's pid stands for. NVML speaks in the host's pids: they match
+    when the sidecar shares the host's pid namespace, and nothing here can map them otherwise."""
+    return pid if pid in tree_pids else None
+
+
+def probe() -> dict[str, Any]:
+    """What a sampler sees right now (for `python -m workerscope.sidecar.gpu`)."""
+    g = GpuSampler()
+    t = time.monotonic_ns()
+    devices, per_pid = g.read(set(), t)
+    return {"devices": devices, "notes": g.take_notes()}
+
+
+if __name__ == "__main__":
+    print(probe())
