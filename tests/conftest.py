@@ -96,3 +96,4 @@ def samples():
     counter = SampleCounter()
     with counter.sub:
         yield counter
+        launcher.close_all(wait=True)  # sidecars say bye while the driver still answers
