@@ -11,7 +11,7 @@ import threading
 import psutil
 import pytest
 
-from workerscope import Subscriber, protocol
+from workerscope import Subscriber, light, protocol
 from workerscope.sidecar import launcher
 
 
@@ -23,11 +23,46 @@ def _is_mp_helper(p: psutil.Process) -> bool:
         return False
 
 
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _orphan_sidecars() -> list[int]:
+    """Sidecar processes of ours that no link owns any more (a live link's is not a leak:
+    sidecars are kept for the next job by design)."""
+    owned = {link.proc.pid for link in launcher._links.values() if link.proc is not None}
+    out = []
+    for p in psutil.Process().children():
+        try:
+            if (p.pid not in owned and p.status() != psutil.STATUS_ZOMBIE
+                    and "workerscope.sidecar" in " ".join(p.cmdline())):
+                out.append(p.pid)
+        except psutil.Error:
+            continue  # it ended while we looked
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _mp_resource_tracker():
+    """multiprocessing's tracker keeps a pipe open for the session once a spawn pool starts it:
+    start it first, so it is not counted as a test's leak."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
-    """Fail a test that leaves a sidecar or other child process running."""
+    """Fail a test that leaves a sidecar nobody owns, a child process, or an open file or
+    socket behind."""
+    fds = _fds()
     yield
+    orphans = _orphan_sidecars()
     launcher.close_all(wait=True)
+    light._close_senders()
+    assert not orphans, f"sidecars left running that no link owns: {orphans}"
+    leaked_fds = _fds() - fds
+    assert not leaked_fds, f"file descriptors left open: {sorted(leaked_fds)}"
     me = psutil.Process()
     kids = [p for p in me.children(recursive=True) if not _is_mp_helper(p)]
     _, alive = psutil.wait_procs(kids, timeout=10)

@@ -53,3 +53,14 @@ def test_profiled_rejects_bad_options_at_wrap_time(clean_env):
     """A bad option fails when the wrapper is made in the driver, not in every worker."""
     with pytest.raises(ConfigError):
         profiled(print, interval=0)
+
+
+def test_samples_per_frame(clean_env):
+    """samples_per_frame is a whole number 1..10000, from the argument or its variable."""
+    assert resolve(samples_per_frame=5).samples_per_frame == 5
+    clean_env.setenv("WORKERSCOPE_SAMPLES_PER_FRAME", "12")
+    assert resolve(samples_per_frame=5).samples_per_frame == 12
+    for bad in ("0", "x", "2.5"):
+        clean_env.setenv("WORKERSCOPE_SAMPLES_PER_FRAME", bad)
+        with pytest.raises(ConfigError, match="samples_per_frame"):
+            resolve()

@@ -72,16 +72,29 @@ def test_sidecar_killed_mid_job_leaves_result_unchanged(clean_env):
     assert [j.status for j in m.timeline.jobs] == ["ok"]
 
 
+def _kill_own_sidecar_then(n):
+    """A job that kills its worker's sidecar mid-call, then carries on."""
+    proc = next(iter(launcher._links.values())).proc
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return job(n)
+
+
 def test_profiled_survives_sidecar_death_and_restarts_it(clean_env, tmp_path):
-    """A heavy call whose sidecar dies returns fn's result; the next call gets a new sidecar."""
-    out = tmp_path / "lost.wsc"
+    """A heavy call whose sidecar dies mid-call returns fn's result and writes the timeline it
+    still has (sidecar_lost) to out; the next call gets a new sidecar."""
+    out = tmp_path / "lost-{job}.wsc"
     wrapped = profiled(job, mode="heavy", interval=0.05, out=str(out))
     assert wrapped(3) == job(3)
     first = next(iter(launcher._links.values())).proc
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    assert wrapped(4) == job(4)
-    assert load(out).workers.popitem()[1].status in ("sidecar_lost", "running")
+    killer = profiled(_kill_own_sidecar_then, mode="heavy", interval=0.05, out=str(out))
+    assert killer(4) == job(4)
+    assert first.returncode == -signal.SIGKILL
+    lost = [load(f) for f in tmp_path.glob("lost-*.wsc")]
+    statuses = sorted(next(iter(t.workers.values())).status for t in lost)
+    assert statuses == ["running", "sidecar_lost"]
+    crunched = [t for t in lost if next(iter(t.workers.values())).status == "sidecar_lost"][0]
+    assert {"load_rows", "crunch"} <= {s.name for s in crunched.spans}
     assert wrapped(5) == job(5)
     second = next(iter(launcher._links.values())).proc
     assert second.pid != first.pid and second.poll() is None

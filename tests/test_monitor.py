@@ -31,7 +31,7 @@ def test_samples_cover_tree_host_and_processes(clean_env):
     assert worker.sidecar_pid not in proc_pids
     tree = [s for s in t.samples if s.scope == "tree"]
     assert len(tree) >= 8
-    assert max(s.values["num_procs"] for s in tree) == 2
+    assert max(s.values["num_procs"] for s in tree) == tree[0].values["num_procs"] + 1
     assert {"cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes", "num_threads"} <= set(
         tree[-1].values)
     host = [s for s in t.samples if s.scope == "host"][-1].values
@@ -110,3 +110,19 @@ def test_close_all_makes_sidecar_say_bye(clean_env):
         assert sub.wait(byes=1, timeout=10)
         (w,) = sub.timeline().workers.values()
         assert w.status == "exited" and w.lost == 0
+
+
+def test_samples_per_frame_aggregates(clean_env, samples):
+    """samples_per_frame=5 sends one frame per 5 readings, with last/min/mean/max of each."""
+    with monitor(interval=0.02, samples_per_frame=5, endpoint=samples.endpoint) as m:
+        samples.wait(4)
+        burn(0.1)
+        samples.wait(2)
+    frames = [s for s in m.timeline.samples if s.scope == "tree"]
+    aggregated = [s.values for s in frames if "cpu_percent_max" in s.values]
+    assert len(aggregated) >= 5
+    for v in aggregated:
+        assert v["cpu_percent_min"] <= v["cpu_percent_mean"] <= v["cpu_percent_max"]
+        assert v["rss_bytes_min"] <= v["rss_bytes"] <= v["rss_bytes_max"]
+    gaps = [b.t_ns - a.t_ns for a, b in zip(frames[1:-2], frames[2:-1])]
+    assert min(gaps) >= 4 * 20_000_000, "one frame per five 20 ms readings"

@@ -78,7 +78,18 @@ def test_pipe_reader_refuses_bad_messages():
         protocol.PipeReader().feed(b"\xff\xff\xff\xff")
 
 
-def test_no_pickle_anywhere_on_the_wire():
-    """Objects msgpack cannot represent are refused, never pickled."""
-    with pytest.raises(TypeError):
-        protocol.encode_frame(protocol.SAMPLE, "w", 0, {"x": object()})
+class Index:
+    def __index__(self):
+        return 7
+
+
+def test_unknown_objects_become_plain_values_never_pickles():
+    """Values msgpack cannot carry become numbers (numpy-style scalars) or their repr."""
+    import pathlib
+
+    data = protocol.encode_frame(protocol.SAMPLE, "w", 0, {
+        "path": pathlib.PurePosixPath("/x"), "n": Index(), "s": {1}, "o": object()})
+    body = protocol.decode_frame(data).body
+    assert body["path"] == "PurePosixPath('/x')" and body["n"] == 7 and body["s"] == [1]
+    assert body["o"].startswith("<object object at")
+    assert b"pickle" not in data and b"\x80\x04" not in data

@@ -54,9 +54,12 @@ def test_cpu_of_exited_children_still_counted():
 
 def test_member_vanishing_mid_read_is_normal():
     """A member that exits between discovery and reading is dropped, not raised."""
-    kid = subprocess.Popen([sys.executable, "-c", "pass"])
+    kid = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                           stdin=subprocess.PIPE)
     tree = ProcessTree(os.getpid())
     tree.discover()
+    assert kid.pid in tree.members
+    kid.stdin.close()
     kid.wait()
     tree_values, procs = tree.read(time.monotonic_ns())
     assert kid.pid not in {pid for pid, _ in procs}

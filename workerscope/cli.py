@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Sequence
 
@@ -28,6 +29,24 @@ def _summary(timeline) -> str:  # type: ignore[no-untyped-def]
     return (f"{len(timeline.workers)} worker(s), {len(procs)} process(es), "
             f"{len(timeline.jobs)} job(s), {len(timeline.spans)} span(s), "
             f"{len(tree)} samples; peak tree CPU {cpu}, peak tree RSS {_mb(peak_rss)}")
+
+
+def _shell_code(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc  # a signal death reads as a shell reports it
+
+
+def _end(link, child) -> list[bytes]:  # type: ignore[no-untyped-def]
+    """End the run's job while the command is a zombie, and close the sidecar."""
+    status = os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    rc = status.si_status if status.si_code == os.CLD_EXITED else -status.si_status
+    try:
+        return link.job_end(1, "ok" if rc == 0 else "error",
+                            None if rc == 0 else f"exit status {_shell_code(rc)}", True) or []
+    except WorkerscopeError as err:
+        print(f"workerscope: sampling lost at the end: {err}", file=sys.stderr)
+        return []
+    finally:
+        link.close(wait=True)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -58,18 +77,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             except WorkerscopeError as err:
                 print(f"workerscope: sampling off: {err}", file=sys.stderr)
                 link = None
+        # Wait without reaping: the last sample then still sees the command's own CPU times
+        # (as a zombie), which reaping would hand to us and out of its tree.
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+        if link is not None:
+            frames = _end(link, child)
         rc = child.wait()
     finally:
         signal.signal(signal.SIGINT, old)
-    code = 128 - rc if rc < 0 else rc  # a signal death reads as a shell reports it
+    code = _shell_code(rc)
     if link is None:
         return code
-    try:
-        frames = link.job_end(1, "ok" if rc == 0 else "error",
-                              None if rc == 0 else f"exit status {code}", True)
-    finally:
-        link.close(wait=True)
-    timeline = Timeline.from_frames(frames or [])
+    timeline = Timeline.from_frames(frames)
     out = args.output or f"workerscope-{child.pid}.json"
     try:
         timeline.save(out)
@@ -110,7 +129,11 @@ def cmd_listen(args: argparse.Namespace) -> int:
     lost_seen: dict[str, int] = {}
 
     def on_frame(frame: protocol.Frame) -> None:
-        print(_frame_line(frame), flush=True)
+        try:
+            line = _frame_line(frame)
+        except (TypeError, ValueError):
+            line = f"{frame.kind:<9} {frame.worker}  (body not shown: unexpected values)"
+        print(line, flush=True)
         lost = sub.lost.get(frame.worker, 0)
         if lost > lost_seen.get(frame.worker, 0):
             print(f"lost      {frame.worker}  {lost - lost_seen.get(frame.worker, 0)} frame(s)",
@@ -121,8 +144,11 @@ def cmd_listen(args: argparse.Namespace) -> int:
     with sub:
         print(f"listening on {sub.endpoint}", flush=True)
         try:
-            while not sub.wait(jobs=args.jobs, timeout=0.5) or args.jobs is None:
-                continue
+            if args.jobs is None:
+                threading.Event().wait()  # until Ctrl-C
+            else:
+                while not sub.wait(jobs=args.jobs, timeout=0.5):
+                    continue  # short waits, so Ctrl-C is seen at once
         except KeyboardInterrupt:
             print("stopped", file=sys.stderr)
         timeline = sub.timeline()

@@ -28,6 +28,8 @@ class Config:
     bye_timeout: float = 2.0
     # How often the worker ships its buffered spans to the sidecar.
     flush_interval: float = 0.2
+    # Sample this many times per frame sent (last, min, mean, max of each metric).
+    samples_per_frame: int = 1
 
 
 _ENV = {
@@ -38,6 +40,7 @@ _ENV = {
     "node": "WORKERSCOPE_NODE",
     "bye_timeout": "WORKERSCOPE_BYE_TIMEOUT",
     "flush_interval": "WORKERSCOPE_FLUSH_INTERVAL",
+    "samples_per_frame": "WORKERSCOPE_SAMPLES_PER_FRAME",
 }
 
 
@@ -76,12 +79,30 @@ def resolve(environ: Mapping[str, str] | None = None, **given: object) -> Config
         raise ConfigError(
             f"interval must be between {MIN_INTERVAL} and {MAX_INTERVAL:g} seconds, got {interval!r}"
         )
-    for key in ("bye_timeout", "flush_interval"):
-        if key in values and not 0 <= values[key] <= 3600:  # type: ignore[operator]
-            raise ConfigError(f"{key} must be between 0 and 3600 seconds, got {values[key]!r}")
+    if "bye_timeout" in values and not 0 <= values["bye_timeout"] <= 3600:  # type: ignore[operator]
+        raise ConfigError(f"bye_timeout must be between 0 and 3600 seconds, got {values['bye_timeout']!r}")
+    if "flush_interval" in values and not 0.01 <= values["flush_interval"] <= 3600:  # type: ignore[operator]
+        raise ConfigError(
+            f"flush_interval must be between 0.01 and 3600 seconds, got {values['flush_interval']!r}")
+    if "samples_per_frame" in values:
+        raw = values["samples_per_frame"]
+        try:
+            n = int(str(raw))
+        except ValueError as err:
+            raise ConfigError(f"samples_per_frame must be a whole number, got {raw!r}") from err
+        if not 1 <= n <= 10_000:
+            raise ConfigError(f"samples_per_frame must be between 1 and 10000, got {n}")
+        values["samples_per_frame"] = n
     for key in ("endpoint", "out", "node"):
         if key in values:
             values[key] = str(values[key])
+    if values.get("out"):
+        try:
+            str(values["out"]).format(pid=0, job=0, host="h")
+        except (KeyError, IndexError, ValueError) as err:
+            raise ConfigError(
+                f"out path {values['out']!r}: only {{pid}}, {{job}} and {{host}} may be filled in"
+            ) from err
     endpoint = values.get("endpoint")
     if endpoint is not None and not str(endpoint).startswith(("tcp://", "ipc://")):
         raise ConfigError(

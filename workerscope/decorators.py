@@ -12,7 +12,7 @@ from typing import Any, Callable, TypeVar, overload
 
 from . import light, protocol, spans
 from .config import Config, resolve
-from .errors import SidecarError, WorkerscopeError
+from .errors import WorkerscopeError
 from .timeline import Job, Span, Timeline, Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -199,10 +199,10 @@ class _HeavyJob:
         self.start_ns = time.time_ns()
         try:
             self.link = get_link(self.config)
-            self.link.job_start(self.job, self.name, self.config.out)
-        except SidecarError as err:
+            self.link.job_start(self.job, self.name, self.config.out, keep=self.want_timeline)
+        except Exception as err:  # monitoring must never break the job it watches
             self.lost = str(err)
-            _warn(f"sidecar lost, the job runs unmonitored: {err}")
+            _warn(f"sidecar lost, the job runs unmonitored: {err!r}")
             self.link = None
         buf = self.link.buffer if self.link is not None else spans.Buffer()
         self.buffer = buf
@@ -220,9 +220,9 @@ class _HeavyJob:
                 if frames is not None:
                     self.timeline = Timeline.from_frames(frames)
                 return
-            except SidecarError as err:
+            except Exception as err:  # monitoring must never break the job it watches
                 self.lost = str(err)
-                _warn(f"sidecar lost during the job: {err}")
+                _warn(f"sidecar lost during the job: {err!r}")
                 self.buffer = self.link.buffer
         self.timeline = self._lost_timeline(status, error)
         if self.config.out:
@@ -266,8 +266,10 @@ class monitor:
     """
 
     def __init__(self, interval: float | None = None, endpoint: str | None = None,
-                 out: str | None = None, node: str | None = None, name: str = "monitor") -> None:
-        self.config = resolve(interval=interval, endpoint=endpoint, out=out, node=node)
+                 out: str | None = None, node: str | None = None, name: str = "monitor",
+                 samples_per_frame: int | None = None) -> None:
+        self.config = resolve(interval=interval, endpoint=endpoint, out=out, node=node,
+                              samples_per_frame=samples_per_frame)
         self.name = name
         self.timeline: Timeline | None = None
         self._job: _HeavyJob | None = None
@@ -292,10 +294,11 @@ class profiled:
 
     def __init__(self, fn: Callable[..., Any], mode: str | None = None,
                  interval: float | None = None, endpoint: str | None = None,
-                 out: str | None = None, node: str | None = None) -> None:
+                 out: str | None = None, node: str | None = None,
+                 samples_per_frame: int | None = None) -> None:
         self.fn = fn
         self.options = {"mode": mode, "interval": interval, "endpoint": endpoint, "out": out,
-                        "node": node}
+                        "node": node, "samples_per_frame": samples_per_frame}
         resolve(**self.options)  # a bad option fails here, in the driver, not in every worker
         functools.update_wrapper(self, fn)
         self.last_stats: dict[str, float] | None = None

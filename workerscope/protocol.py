@@ -14,6 +14,7 @@ allocates past the size cap: msgpack bounds every container by the length of the
 from __future__ import annotations
 
 import struct
+import time
 from typing import Any, NamedTuple
 
 import msgpack
@@ -46,6 +47,7 @@ PIPE_KINDS = frozenset({HELLO, READY, JOB_START, SPANS, JOB_END, TIMELINE, CLOSE
 RECORD_SPAN = 0
 RECORD_MARK = 1
 RECORD_FIELDS = 10
+MAX_RECORDS_PER_FRAME = 10_000
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 # The pipe joins a worker to its own sidecar, and carries a whole job's frames back at its end.
@@ -60,9 +62,35 @@ class Frame(NamedTuple):
     body: dict[str, Any]
 
 
+def _plain(obj: object) -> object:
+    """What a value msgpack cannot carry becomes: a number if it is one (numpy scalars),
+    else its repr. User attrs must never break the job, and nothing is ever pickled."""
+    if hasattr(obj, "__index__"):
+        return obj.__index__()  # type: ignore[attr-defined]
+    if hasattr(obj, "__float__"):
+        return float(obj)  # type: ignore[arg-type]
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    return repr(obj)[:1000]
+
+
 def _pack(obj: object) -> bytes:
-    # use_bin_type keeps str and bytes apart; default=None: anything unknown is a TypeError.
-    return msgpack.packb(obj, use_bin_type=True)
+    # use_bin_type keeps str and bytes apart.
+    return msgpack.packb(obj, use_bin_type=True, default=_plain)
+
+
+def clock_anchor() -> list[int]:
+    """A (wall ns, monotonic ns) pair read as close together as this process can: the tightest
+    of a few monotonic-wall-monotonic readings, the wall time paired with their midpoint."""
+    best = None
+    for _ in range(5):
+        m1 = time.monotonic_ns()
+        w = time.time_ns()
+        m2 = time.monotonic_ns()
+        if best is None or m2 - m1 < best[0]:
+            best = (m2 - m1, w, (m1 + m2) // 2)
+    assert best is not None
+    return [best[1], best[2]]
 
 
 def _unpack(data: bytes, limit: int | None = MAX_FRAME_BYTES) -> Any:

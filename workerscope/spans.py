@@ -66,9 +66,11 @@ default_job: int | None = None
 class Flusher:
     """Ships a Buffer to a pipe every `interval` seconds from a daemon thread."""
 
-    def __init__(self, buffer: Buffer, send: Callable[[bytes], None], interval: float) -> None:
+    def __init__(self, buffer: Buffer, send_locked: Callable[[bytes], None], lock: threading.Lock,
+                 interval: float) -> None:
         self._buffer = buffer
-        self._send = send
+        self._send = send_locked  # called with `lock` held
+        self._lock = lock
         self._interval = interval
         self._wake = threading.Event()
         self._stop = False
@@ -82,6 +84,12 @@ class Flusher:
 
     def flush(self) -> None:
         """Send what is buffered now, from the calling thread."""
+        with self._lock:
+            self.flush_locked()
+
+    def flush_locked(self) -> None:
+        """flush() for a caller that holds the lock. Draining and writing under one lock keeps
+        batches in order, and no two threads ever pop the buffer at once."""
         body = self._buffer.drain()
         if body is not None:
             try:

@@ -47,6 +47,7 @@ class Job:
     error: str | None
     pid: int
     tid: int | None
+    stats: dict[str, float] | None = None  # light mode: the job's start/end counters
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,18 @@ class Timeline:
             raise WorkerscopeError(f"damaged timeline file: {err!r}") from err
 
 
+def out_path(template: str, pid: int, job: int) -> str:
+    """An `out` path with {pid}, {job} and {host} filled in, so workers and jobs that share one
+    setting write files of their own."""
+    import socket
+
+    try:
+        return template.format(pid=pid, job=job, host=socket.gethostname())
+    except (KeyError, IndexError, ValueError) as err:
+        raise WorkerscopeError(
+            f"out path {template!r}: only {{pid}}, {{job}} and {{host}} may be filled in") from err
+
+
 def load(path: str | os.PathLike) -> Timeline:
     """Read a timeline written by Timeline.save (.wsc)."""
     path = os.fspath(path)
@@ -220,13 +233,23 @@ def load(path: str | os.PathLike) -> Timeline:
     return Timeline.from_dict(raw)
 
 
+def _numbers(values: Any) -> dict[str, float]:
+    """A metrics map from an untrusted frame: str keys, finite-or-not numbers, nothing else."""
+    if not isinstance(values, dict):
+        raise ValueError("metric values must be a map")
+    for k, v in values.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise ValueError(f"metric {k!r} is not a number")
+    return dict(values)
+
+
 class TimelineBuilder:
     """Folds driver frames of any number of workers into one Timeline."""
 
     def __init__(self) -> None:
         self.t = Timeline()
-        self._anchor: dict[str, tuple[int, int]] = {}  # sidecar clock
-        self._worker_anchor: dict[str, tuple[int, int]] = {}  # worker's clock, for spans
+        self._anchor: dict[str, tuple[int, int]] = {}
+        self._boot_anchor: dict[str, tuple[int, int]] = {}
         self._open_jobs: dict[tuple[str, int], dict[str, Any]] = {}
         self._roots: dict[str, int] = {}
 
@@ -236,88 +259,105 @@ class TimelineBuilder:
             w = self.t.workers[wid] = Worker(wid)
         return w
 
-    def _wall(self, wid: str, mono: int, spans: bool = False) -> int:
-        table = self._worker_anchor if spans and wid in self._worker_anchor else self._anchor
-        anchor = table.get(wid)
+    def _set_anchor(self, wid: str, anchor: Any, boot_id: Any) -> None:
+        wall, mono = (int(x) for x in anchor)
+        if isinstance(boot_id, str) and boot_id:
+            # Monotonic time is one clock for a whole host (per boot): every worker of that
+            # host maps through the same pair, so their events line up exactly.
+            wall, mono = self._boot_anchor.setdefault(boot_id, (wall, mono))
+        self._anchor[wid] = (wall, mono)
+
+    def _wall(self, wid: str, mono: Any) -> int:
+        anchor = self._anchor.get(wid)
         if anchor is None:
             return int(mono)
         return int(mono) - anchor[1] + anchor[0]
 
     def add(self, frame: protocol.Frame) -> None:
         """Fold one frame in. A malformed body raises ProtocolError; nothing is half-added."""
-        try:
-            handler = getattr(self, f"_on_{frame.kind}", None)
-            if handler is not None:
+        handler = getattr(self, f"_on_{frame.kind}", None)
+        if handler is not None:
+            try:
                 handler(frame.worker, frame.body)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
-            raise ProtocolError(f"malformed {frame.kind} frame from {frame.worker}: {err!r}") from err
+            except Exception as err:  # untrusted input: whatever broke, it is the frame's fault
+                raise ProtocolError(
+                    f"malformed {frame.kind} frame from {frame.worker}: {err!r}") from err
         self.worker(frame.worker).frames += 1
 
     def _on_hello(self, wid: str, b: dict[str, Any]) -> None:
+        host, pid = str(b["host"]), int(b["pid"])
+        self._set_anchor(wid, b["anchor"], b.get("boot_id"))
         w = self.worker(wid)
-        w.host, w.node, w.pid = str(b["host"]), b.get("node"), int(b["pid"])
+        w.host, w.node, w.pid = host, b.get("node"), pid
         w.sidecar_pid, w.interval, w.boot_id = b.get("sidecar_pid"), b.get("interval"), b.get("boot_id")
-        wall, mono = b["anchor"]
-        self._anchor[wid] = (int(wall), int(mono))
-        if b.get("worker_anchor"):
-            wall, mono = b["worker_anchor"]
-            self._worker_anchor[wid] = (int(wall), int(mono))
         self._roots[wid] = w.pid
 
     def _on_job_start(self, wid: str, b: dict[str, Any]) -> None:
         if wid not in self._anchor and b.get("anchor"):
-            wall, mono = b["anchor"]
-            self._anchor[wid] = (int(wall), int(mono))
-        job = {"id": int(b["job"]), "name": str(b["name"]), "start": self._wall(wid, b["t"], True),
-               "pid": int(b["pid"]), "tid": b.get("tid")}
+            self._set_anchor(wid, b["anchor"], None)
+        tid = b.get("tid")
+        job = {"id": int(b["job"]), "name": str(b["name"]), "start": self._wall(wid, b["t"]),
+               "pid": int(b["pid"]), "tid": None if tid is None else int(tid)}
         self._open_jobs[(wid, job["id"])] = job
 
     def _on_job_end(self, wid: str, b: dict[str, Any]) -> None:
         job = self._open_jobs.pop((wid, int(b["job"])), None)
         if job is None:
             return  # its start was lost: the seq gap is already counted
-        end = self._wall(wid, b["t"], True)
-        _append_job(self.t, wid, job, end, str(b.get("status", "ok")), b.get("error"))
+        end = self._wall(wid, b["t"])
+        stats = b.get("stats")
+        _append_job(self.t, wid, job, end, str(b.get("status", "ok")), b.get("error"),
+                    _numbers(stats) if stats else None)
 
     def _on_sample(self, wid: str, b: dict[str, Any]) -> None:
         t = self._wall(wid, b["t"])
         root = self._roots.get(wid)
-        for pid, ppid, name in b.get("new", ()):
-            self.t.processes[(wid, int(pid))] = str(name)
+        names = {int(pid): str(name) for pid, _, name in b.get("new", ())}
+        new: list[Sample] = []
         if b.get("tree"):
-            self.t.samples.append(Sample(wid, t, "tree", root, dict(b["tree"])))
+            new.append(Sample(wid, t, "tree", root, _numbers(b["tree"])))
         for pid, values in b.get("procs", ()):
-            self.t.samples.append(Sample(wid, t, "proc", int(pid), dict(values)))
+            new.append(Sample(wid, t, "proc", int(pid), _numbers(values)))
         if b.get("host"):
-            self.t.samples.append(Sample(wid, t, "host", None, dict(b["host"])))
+            new.append(Sample(wid, t, "host", None, _numbers(b["host"])))
         for index, values in b.get("gpus", ()):
-            self.t.samples.append(Sample(wid, t, f"gpu{int(index)}", None, dict(values)))
-        notes = self.worker(wid).notes
-        notes.extend(str(n) for n in b.get("notes", ()) if str(n) not in notes)
+            new.append(Sample(wid, t, f"gpu{int(index)}", None, _numbers(values)))
+        notes = [str(n) for n in b.get("notes", ())]
+        # All checked: now add.
+        self.t.samples.extend(new)
+        self.t.processes.update({(wid, pid): name for pid, name in names.items()})
+        have = self.worker(wid).notes
+        have.extend(n for n in notes if n not in have)
 
     def _on_spans(self, wid: str, b: dict[str, Any]) -> None:
         pid = int(b["pid"])
-        for tid, name in b.get("threads", ()):
-            self.t.threads[(wid, pid, int(tid))] = str(name)
+        threads = {(wid, pid, int(tid)): str(name) for tid, name in b.get("threads", ())}
+        spans: list[Span] = []
+        marks: list[Mark] = []
         for rec in b.get("records", ()):
             if len(rec) != protocol.RECORD_FIELDS:
                 raise ValueError(f"span record of {len(rec)} fields")
             rtype, job, sid, parent, name, start, end, tid, attrs, error = rec
+            if attrs is not None and not isinstance(attrs, dict):
+                raise ValueError("span attrs must be a map")
+            job = None if job is None else int(job)
             if rtype == protocol.RECORD_MARK:
-                self.t.marks.append(Mark(wid, job, str(name), self._wall(wid, start, True), pid,
-                                         int(tid), attrs))
+                marks.append(Mark(wid, job, str(name), self._wall(wid, start), pid, int(tid), attrs))
             else:
-                self.t.spans.append(Span(wid, job, int(sid), parent, str(name),
-                                         self._wall(wid, start, True), self._wall(wid, end, True),
-                                         pid, int(tid), attrs, error))
+                spans.append(Span(wid, job, int(sid), None if parent is None else int(parent),
+                                  str(name), self._wall(wid, start), self._wall(wid, end), pid,
+                                  int(tid), attrs, None if error is None else str(error)))
+        self.t.threads.update(threads)
+        self.t.spans.extend(spans)
+        self.t.marks.extend(marks)
 
     _on_mark = _on_spans
 
     def _on_bye(self, wid: str, b: dict[str, Any]) -> None:
+        status, dropped = str(b.get("status", "exited")), int(b.get("dropped", 0))
+        errors = [str(e) for e in b.get("errors", ())]
         w = self.worker(wid)
-        w.status = str(b.get("status", "exited"))
-        w.dropped = int(b.get("dropped", 0))
-        w.errors = [str(e) for e in b.get("errors", ())]
+        w.status, w.dropped, w.errors = status, dropped, errors
 
     def timeline(self) -> Timeline:
         """A copy of the timeline so far. A job still open shows as running, or as killed
@@ -334,12 +374,12 @@ class TimelineBuilder:
 
 
 def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, status: str,
-                error: Any) -> None:
+                error: Any, stats: dict[str, float] | None = None) -> None:
     """A job is a Job record and also the outermost span of its worker's spans."""
     err = None if error is None else str(error)
     t.jobs.append(Job(wid, job["id"], job["name"], job["start"], end, status, err, job["pid"],
-                      job["tid"]))
+                      job["tid"], stats))
     t.spans.append(Span(wid, job["id"], job["id"], None, job["name"], job["start"],
                         end if end is not None else job["start"], job["pid"],
-                        job["tid"] or job["pid"], {"status": status},
+                        job["tid"] or job["pid"], {"status": status, **(stats or {})},
                         None if status in ("ok", "running") else (err or status), "job"))

@@ -9,6 +9,7 @@ each bye so the sidecar can exit knowing its last frames arrived.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import threading
 from typing import Callable
@@ -39,6 +40,7 @@ class Subscriber:
         self.lost: dict[str, int] = {}
         self.received: dict[str, int] = {}
         self.bad_frames = 0
+        self.callback_errors = 0
         self.last_error: str | None = None
         self.jobs_started = 0
         self.jobs_ended = 0
@@ -171,7 +173,13 @@ class Subscriber:
             except zmq.ZMQError as err:  # the sidecar is gone already; it counts its own loss
                 self.last_error = f"ack to {frame.worker}: {err}"
         if self.on_frame is not None:
-            self.on_frame(frame)
+            try:
+                self.on_frame(frame)
+            except Exception as err:  # a user's callback must not stop the receive thread
+                self.callback_errors += 1
+                if self.callback_errors == 1:
+                    print(f"workerscope: on_frame callback failed: {err!r}", file=sys.stderr)
+                self.last_error = f"on_frame: {err!r}"
 
     def _count(self, frame: protocol.Frame) -> None:
         wid = frame.worker

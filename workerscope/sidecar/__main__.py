@@ -21,7 +21,8 @@ from typing import Any
 import zmq
 
 from .. import protocol
-from ..errors import ProtocolError
+from ..errors import ProtocolError, WorkerscopeError
+from .aggregate import Aggregator
 from .gpu import GpuSampler
 from .host import HostSampler, net_namespace, read_net_dev
 from .outbox import Outbox
@@ -52,11 +53,14 @@ class OpenJob:
     name: str
     out: str | None
     frames: list[bytes] = field(default_factory=list)
+    # Frames are kept only for a job whose timeline someone will collect (the worker or `out`):
+    # a long job streaming to a driver would otherwise grow the sidecar without bound.
+    keep: bool = True
 
 
 class Sidecar:
     def __init__(self, sock: socket.socket, target: int, interval: float, endpoint: str | None,
-                 node: str | None, bye_timeout: float) -> None:
+                 node: str | None, bye_timeout: float, samples_per_frame: int = 1) -> None:
         self.sock = sock
         self.target = target
         self.interval_ns = int(interval * 1e9)
@@ -64,6 +68,7 @@ class Sidecar:
         self.node = node
         self.bye_timeout = bye_timeout
         self.reader = protocol.PipeReader()
+        self.aggregator = Aggregator(samples_per_frame)
         self.errors: list[str] = []
         self.outbox: Outbox | None = None
         if endpoint:
@@ -92,10 +97,11 @@ class Sidecar:
         if self.outbox is not None:
             self.outbox.send(data)
         for job in self.jobs.values() if jobs is None else jobs:
-            job.frames.append(data)
+            if job.keep:
+                job.frames.append(data)
         return data
 
-    def sample(self, every_name: bool = False) -> None:
+    def sample(self, every_name: bool = False, flush: bool = False) -> None:
         """One sample to the driver and every open job. every_name: list every member as new
         (a job's first sample), so each job's own timeline can name its processes."""
         now = time.monotonic_ns()
@@ -125,8 +131,12 @@ class Sidecar:
             body["new"] = [list(n) for n in new]
         if gone:
             body["gone"] = gone
-        self.emit(protocol.SAMPLE, body)
         self.samples += 1
+        frame = self.aggregator.add(body)
+        if frame is None and flush:
+            frame = self.aggregator.flush()
+        if frame is not None:
+            self.emit(protocol.SAMPLE, frame)
 
     # -- pipe messages -----------------------------------------------------------------------
     def on_hello(self, body: dict[str, Any]) -> None:
@@ -144,15 +154,16 @@ class Sidecar:
         self.worker_id = f"{prefix}{host}:{self.target}:{os.getpid()}"
         hello = {
             "node": self.node, "host": host, "pid": self.target, "sidecar_pid": os.getpid(),
-            "interval": self.interval, "anchor": [time.time_ns(), time.monotonic_ns()],
-            "worker_anchor": body.get("anchor"), "boot_id": _boot_id(),
+            "interval": self.interval, "anchor": protocol.clock_anchor(),
+            "boot_id": _boot_id(),
             "metrics": METRICS, "net_scope": self.net_scope,
         }
         self.hello = self.emit(protocol.HELLO, hello, jobs=[])
         self.reply(protocol.READY, {"worker": self.worker_id, "pid": os.getpid()})
 
     def on_job_start(self, body: dict[str, Any]) -> None:
-        job = OpenJob(int(body["job"]), str(body.get("name", "job")), body.get("out"), [self.hello])
+        job = OpenJob(int(body["job"]), str(body.get("name", "job")), body.get("out"), [self.hello],
+                      keep=bool(body.get("keep", True)) or bool(body.get("out")))
         first = not self.jobs
         if first:
             # Per-job peaks in a warm worker: the kernel's high-water marks restart now.
@@ -162,9 +173,9 @@ class Sidecar:
         self.emit(protocol.JOB_START, {
             "job": job.job, "name": job.name, "t": body.get("t", time.monotonic_ns()),
             "pid": body.get("pid", self.target), "tid": body.get("tid"),
-            "anchor": [time.time_ns(), time.monotonic_ns()],
+            "anchor": protocol.clock_anchor(),
         }, jobs=[job])
-        self.sample(every_name=True)
+        self.sample(every_name=True, flush=True)
         if first:
             self.next_tick = time.monotonic_ns() + self.interval_ns
 
@@ -177,9 +188,13 @@ class Sidecar:
         for (rtype, job_id), records in groups.items():
             kind = protocol.MARK if rtype == protocol.RECORD_MARK else protocol.SPANS
             job = self.jobs.get(job_id)
-            self.emit(kind, {"pid": pid, "records": records, "threads": threads},
-                      jobs=[job] if job else [])
-            threads = []
+            # Frames stay far below the size cap whatever the batch: a job with a million
+            # spans between two flushes still arrives whole.
+            step = protocol.MAX_RECORDS_PER_FRAME
+            for i in range(0, len(records), step):
+                self.emit(kind, {"pid": pid, "records": records[i:i + step], "threads": threads},
+                          jobs=[job] if job else [])
+                threads = []
         if threads:
             self.emit(protocol.SPANS, {"pid": pid, "records": [], "threads": threads})
 
@@ -187,7 +202,7 @@ class Sidecar:
         job = self.jobs.get(int(body["job"]))
         if job is None:
             return
-        self.sample()
+        self.sample(flush=True)
         self.end_job(job, body.get("t", time.monotonic_ns()), str(body.get("status", "ok")),
                      body.get("error"))
         if body.get("reply"):
@@ -202,14 +217,15 @@ class Sidecar:
 
     def write_out(self, job: OpenJob) -> None:
         # Imported here: most sidecars never write a file, and this keeps their start-up short.
-        from ..timeline import Timeline
+        from ..timeline import Timeline, out_path
 
+        path = out_path(str(job.out), pid=self.target, job=job.job)
         try:
-            Timeline.from_frames(job.frames).save(job.out)
-        except (OSError, ValueError) as err:
+            Timeline.from_frames(job.frames).save(path)
+        except (OSError, ValueError, WorkerscopeError) as err:
             # A full disk or a bad path must not lose the rest: the driver still has the frames.
-            self.errors.append(f"could not write {job.out}: {err}")
-            print(f"workerscope sidecar: could not write {job.out}: {err}", file=sys.stderr)
+            self.errors.append(f"could not write {path}: {err}")
+            print(f"workerscope sidecar: could not write {path}: {err}", file=sys.stderr)
 
     def reply(self, kind: str, body: dict[str, Any]) -> None:
         try:
@@ -221,7 +237,7 @@ class Sidecar:
     def run(self) -> int:
         closed = self.loop()
         if self.jobs:
-            self.sample()
+            self.sample(flush=True)
             now = time.monotonic_ns()
             for job in list(self.jobs.values()):
                 self.end_job(job, now, "killed", "the worker ended during the job")
@@ -310,11 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--endpoint")
     parser.add_argument("--node")
     parser.add_argument("--bye-timeout", type=float, default=2.0)
+    parser.add_argument("--samples-per-frame", type=int, default=1)
     args = parser.parse_args(argv)
     # The job's Ctrl-C is for the job; we end on EOF of the pipe and deliver what we have.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=args.fd)
-    sidecar = Sidecar(sock, args.target, args.interval, args.endpoint, args.node, args.bye_timeout)
+    sidecar = Sidecar(sock, args.target, args.interval, args.endpoint, args.node, args.bye_timeout,
+                      args.samples_per_frame)
     try:
         return sidecar.run()
     finally:

@@ -24,11 +24,6 @@ START_TIMEOUT = 30.0
 REPLY_TIMEOUT = 30.0
 
 
-def anchor() -> list[int]:
-    """One (wall ns, monotonic ns) pair taken together: the clock map of this process."""
-    return [time.time_ns(), time.monotonic_ns()]
-
-
 class SidecarLink:
     def __init__(self, config: Config, target_pid: int | None = None) -> None:
         self.config = config
@@ -38,7 +33,10 @@ class SidecarLink:
         self._sock: socket.socket | None = None
         self._reader = protocol.PipeReader()
         self._inbox: list[tuple[str, dict[str, Any]]] = []
+        # _lock orders writes (and the drain that goes with them); _read_lock lets one thread
+        # at a time read replies, which it files in _inbox for whichever job they answer.
         self._lock = threading.Lock()
+        self._read_lock = threading.Lock()
         self.buffer = spans.Buffer()
         self._flusher: spans.Flusher | None = None
         self.dead = False
@@ -47,7 +45,7 @@ class SidecarLink:
     def unsent(self) -> list[dict[str, Any]]:
         """Span batches the sidecar never received (it died): the worker keeps them."""
         if self._flusher is None:
-            self._flusher = spans.Flusher(self.buffer, self._write, self.config.flush_interval)
+            self._flusher = self._make_flusher()
         return self._flusher.unsent
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -63,6 +61,7 @@ class SidecarLink:
             "--fd", str(theirs.fileno()),
             "--interval", repr(self.config.interval),
             "--bye-timeout", repr(self.config.bye_timeout),
+            "--samples-per-frame", str(self.config.samples_per_frame),
         ]
         if self.config.endpoint:
             cmd += ["--endpoint", self.config.endpoint]
@@ -87,15 +86,18 @@ class SidecarLink:
             self.target_pid = target_pid
         try:
             self._write(protocol.encode_pipe(protocol.HELLO, {
-                "pid": os.getpid(), "anchor": anchor(), "target": self.target_pid,
+                "pid": os.getpid(), "anchor": protocol.clock_anchor(), "target": self.target_pid,
             }))
             ready = self._wait_for(protocol.READY, START_TIMEOUT)
         except SidecarError:
             self.close(wait=False)
             raise
         self.worker_id = ready["worker"]
-        self._flusher = spans.Flusher(self.buffer, self._write, self.config.flush_interval)
+        self._flusher = self._make_flusher()
         self._flusher.start()
+
+    def _make_flusher(self) -> spans.Flusher:
+        return spans.Flusher(self.buffer, self._write_locked, self._lock, self.config.flush_interval)
 
     def close(self, wait: bool = False) -> None:
         """Tell the sidecar this worker is done; it then says bye to the driver and exits."""
@@ -123,32 +125,26 @@ class SidecarLink:
         return not self.dead and self.proc is not None and self.proc.poll() is None
 
     # -- jobs --------------------------------------------------------------------------------
-    def job_start(self, job: int, name: str, out: str | None) -> None:
+    def job_start(self, job: int, name: str, out: str | None, keep: bool = True) -> None:
+        """keep: the sidecar keeps the job's frames for job_end(want_timeline=True) or `out`."""
         self._write(protocol.encode_pipe(protocol.JOB_START, {
-            "job": job, "name": name, "out": out, "t": time.monotonic_ns(),
+            "job": job, "name": name, "out": out, "keep": keep, "t": time.monotonic_ns(),
             "pid": os.getpid(), "tid": threading.get_native_id(), "interval": self.config.interval,
         }))
 
     def job_end(self, job: int, status: str, error: str | None, want_timeline: bool) -> list[bytes] | None:
         """Close the job; with want_timeline, wait for the sidecar's frames of it."""
         t = time.monotonic_ns()
+        flusher = self._flusher or self._make_flusher()
         with self._lock:
-            body = self.buffer.drain()
-            if body is not None:
-                try:
-                    self._write_locked(protocol.encode_pipe(protocol.SPANS, body))
-                except SidecarError:
-                    self.unsent.append(body)
-                    raise
+            flusher.flush_locked()  # the job's last spans go before its end
             self._write_locked(protocol.encode_pipe(protocol.JOB_END, {
                 "job": job, "t": t, "status": status, "error": error, "reply": want_timeline,
             }))
         if not want_timeline:
             return None
-        while True:
-            reply = self._wait_for(protocol.TIMELINE, REPLY_TIMEOUT)
-            if reply.get("job") == job:
-                return list(reply["frames"])
+        reply = self._wait_for(protocol.TIMELINE, REPLY_TIMEOUT, job=job)
+        return list(reply["frames"])
 
     # -- pipe --------------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -159,16 +155,27 @@ class SidecarLink:
         if self._sock is None or self.dead:
             raise SidecarError("the sidecar is gone")
         try:
-            self._sock.sendall(data)
+            # MSG_NOSIGNAL: a dead sidecar must not SIGPIPE a worker that restored SIG_DFL.
+            self._sock.sendall(data, socket.MSG_NOSIGNAL)
         except OSError as err:
             self.dead = True
             raise SidecarError(f"the sidecar is gone ({err})") from err
 
-    def _wait_for(self, kind: str, timeout: float) -> dict[str, Any]:
+    def _wait_for(self, kind: str, timeout: float, job: int | None = None) -> dict[str, Any]:
+        """The next message of `kind` (for `job`, if given), reading the pipe if need be."""
         deadline = time.monotonic() + timeout
+        if not self._read_lock.acquire(timeout=timeout):
+            raise SidecarError(f"the sidecar did not answer within {timeout:g} s")
+        try:
+            return self._wait_locked(kind, deadline, timeout, job)
+        finally:
+            self._read_lock.release()
+
+    def _wait_locked(self, kind: str, deadline: float, timeout: float,
+                     job: int | None) -> dict[str, Any]:
         while True:
             for i, (k, body) in enumerate(self._inbox):
-                if k == kind:
+                if k == kind and (job is None or body.get("job") == job):
                     del self._inbox[i]
                     return body
             left = deadline - time.monotonic()
@@ -202,7 +209,8 @@ _links_lock = threading.Lock()
 
 
 def _key(config: Config) -> tuple:
-    return (config.interval, config.endpoint, config.node, config.bye_timeout, config.flush_interval)
+    return (config.interval, config.endpoint, config.node, config.bye_timeout,
+            config.flush_interval, config.samples_per_frame)
 
 
 def get_link(config: Config) -> SidecarLink:
