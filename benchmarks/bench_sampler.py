@@ -14,8 +14,12 @@ Cases, each over SAMPLES samples of the same tree, best of REPEATS, CPU time of 
                       the tree's pids, known in advance; no discovery, no parsing
   ProcessTree ...     workerscope's sampler (sidecar/tree.py): discover() then read(now), the
                       tree and its psutil.Process objects kept across samples, as the sidecar
-                      does; also discover() alone, and with HostSampler().read() added (the
-                      sidecar's full per-tick reading minus encoding and sending)
+                      does; also discover() alone. read() takes USS/PSS (smaps_rollup) at most
+                      once per uss_every_ns (1 s): back-to-back samples skip it almost always,
+                      while a sidecar ticking at the default 1 s interval pays it every tick,
+                      so it is measured both ways; the last ProcessTree row adds
+                      HostSampler().read(): the sidecar's whole reading per tick at an
+                      interval >= 1 s, minus encoding and sending the frame
   naive psutil        what psrecord does each tick: psutil.Process(root).children(recursive=
                       True), so a new Process object per pid per sample, then cpu_times(),
                       memory_info() and io_counters() of each
@@ -119,24 +123,17 @@ def tree_discover(root: int) -> Callable[[], None]:
     return sample
 
 
-def tree_sampler(root: int) -> Callable[[], None]:
-    tree = ProcessTree(root, exclude=frozenset({os.getpid()}))
+def tree_sampler(root: int, uss_every_ns: int | None = None,
+                 with_host: bool = False) -> Callable[[], None]:
+    kwargs = {} if uss_every_ns is None else {"uss_every_ns": uss_every_ns}
+    tree = ProcessTree(root, exclude=frozenset({os.getpid()}), **kwargs)
+    host = HostSampler() if with_host else None
 
     def sample() -> None:
         tree.discover()
         tree.read(time.monotonic_ns())
-
-    return sample
-
-
-def tree_and_host(root: int) -> Callable[[], None]:
-    tree = ProcessTree(root, exclude=frozenset({os.getpid()}))
-    host = HostSampler()
-
-    def sample() -> None:
-        tree.discover()
-        tree.read(time.monotonic_ns())
-        host.read()
+        if host is not None:
+            host.read()
 
     return sample
 
@@ -191,8 +188,9 @@ def main() -> int:
                 cases = [
                     ("raw /proc reads: stat, statm, io (floor)", raw_floor(tree.pids)),
                     ("ProcessTree.discover() only", tree_discover(root)),
-                    ("ProcessTree discover + read", tree_sampler(root)),
-                    ("ProcessTree discover + read + HostSampler", tree_and_host(root)),
+                    ("ProcessTree discover + read, uss <= 1/s", tree_sampler(root)),
+                    ("ProcessTree discover + read, uss each time", tree_sampler(root, 0)),
+                    ("  + HostSampler.read(): one tick at >= 1 s", tree_sampler(root, 0, True)),
                     ("naive psutil (psrecord-style)", naive_psutil(root)),
                 ]
                 floor = None

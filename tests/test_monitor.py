@@ -31,7 +31,8 @@ def test_samples_cover_tree_host_and_processes(clean_env):
     assert worker.sidecar_pid not in proc_pids
     tree = [s for s in t.samples if s.scope == "tree"]
     assert len(tree) >= 8
-    assert max(s.values["num_procs"] for s in tree) == tree[0].values["num_procs"] + 1
+    most = max(s.values["num_procs"] for s in tree)
+    assert most >= 2 and tree[-1].values["num_procs"] == most - 1, "the reaped child left"
     assert {"cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes", "num_threads"} <= set(
         tree[-1].values)
     host = [s for s in t.samples if s.scope == "host"][-1].values
