@@ -61,7 +61,7 @@ def test_load_refuses_what_it_cannot_read(tmp_path):
     for name in ("bad.wsc", "other.wsc", "x.json"):
         with pytest.raises(WorkerscopeError):
             load(tmp_path / name)
-    with pytest.raises(WorkerscopeError, match="use .wsc or .json"):
+    with pytest.raises(WorkerscopeError, match="use .wsc, .json"):
         Timeline().save(tmp_path / "t.txt")
 
 

@@ -1,4 +1,4 @@
-"""workerscope's command line: run | listen | demo."""
+"""workerscope's command line: run | listen | report | demo."""
 
 from __future__ import annotations
 
@@ -100,37 +100,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
-def _frame_line(frame: protocol.Frame) -> str:
-    b = frame.body
-    w = frame.worker
-    if frame.kind == protocol.HELLO:
-        return f"hello     {w}  pid {b.get('pid')} interval {b.get('interval')}s"
-    if frame.kind == protocol.JOB_START:
-        return f"job start {w}  #{b.get('job')} {b.get('name')}"
-    if frame.kind == protocol.JOB_END:
-        err = f" ({b.get('error')})" if b.get("error") else ""
-        return f"job end   {w}  #{b.get('job')} {b.get('status')}{err}"
-    if frame.kind == protocol.SAMPLE:
-        tree = b.get("tree") or {}
-        cpu = tree.get("cpu_percent")
-        cpu_s = "-" if cpu is None else f"{cpu:.0f}%"
-        return (f"sample    {w}  cpu {cpu_s} rss {_mb(tree.get('rss_bytes'))} "
-                f"procs {tree.get('num_procs', '-')}")
-    if frame.kind in (protocol.SPANS, protocol.MARK):
-        return f"{frame.kind:<9} {w}  {len(b.get('records', []))} record(s)"
-    if frame.kind == protocol.BYE:
-        return f"bye       {w}  {b.get('status')}, {b.get('dropped', 0)} dropped at the sidecar"
-    return f"{frame.kind:<9} {w}"
-
-
 def cmd_listen(args: argparse.Namespace) -> int:
     from .client.subscriber import Subscriber
+    from .export.terminal import frame_line
 
     lost_seen: dict[str, int] = {}
 
     def on_frame(frame: protocol.Frame) -> None:
         try:
-            line = _frame_line(frame)
+            line = frame_line(frame)
         except (TypeError, ValueError):
             line = f"{frame.kind:<9} {frame.worker}  (body not shown: unexpected values)"
         print(line, flush=True)
@@ -155,6 +133,34 @@ def cmd_listen(args: argparse.Namespace) -> int:
     if args.output:
         timeline.save(args.output)
         print(f"workerscope: {_summary(timeline)}; wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .timeline import load
+
+    try:
+        timeline = load(args.file)
+    except OSError as err:
+        raise WorkerscopeError(f"cannot read {args.file}: {err.strerror or err}") from err
+    wrote = []
+    for path in (args.html, args.json, args.csv, args.wsc):
+        if path:
+            wrote.append(timeline.save(path))
+    if args.png:
+        from .export.plots import save_png
+
+        wrote.append(save_png(timeline, args.png))
+    if wrote:
+        for path in wrote:
+            print(f"wrote {path}")
+        return 0
+    import shutil
+
+    from .export.terminal import report
+
+    width = shutil.get_terminal_size((100, 24)).columns
+    sys.stdout.write(report(timeline, width=width, color=sys.stdout.isatty()))
     return 0
 
 
@@ -188,6 +194,16 @@ def parser() -> argparse.ArgumentParser:
     listen.add_argument("--jobs", type=int, help="stop after this many jobs ended")
     listen.add_argument("-q", "--quiet", action="store_true", help="no line per frame")
     listen.set_defaults(func=cmd_listen)
+    rep = sub.add_parser("report", help="show a saved timeline, or convert it",
+                         description="With no output flag: a Gantt per worker and summary tables "
+                                     "in the terminal.")
+    rep.add_argument("file", help="a .wsc timeline (from run, listen, demo or Timeline.save)")
+    rep.add_argument("--html", help="write a self-contained HTML report")
+    rep.add_argument("--json", help="write a Chrome/Perfetto trace")
+    rep.add_argument("--csv", help="write the samples as CSV")
+    rep.add_argument("--png", help="write resource plots and the Gantt as one PNG (needs matplotlib)")
+    rep.add_argument("--wsc", help="write a copy in the native format")
+    rep.set_defaults(func=cmd_report)
     demo = sub.add_parser("demo", help="run the embedded demo job and write its timeline")
     demo.add_argument("-o", "--output-dir", default="workerscope-demo")
     demo.add_argument("--workers", type=int, default=3)

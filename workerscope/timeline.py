@@ -153,7 +153,8 @@ class Timeline:
 
     # -- files -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> str:
-        """Write .wsc (native msgpack) or .json (Chrome/Perfetto trace). Returns the path."""
+        """Write by extension: .wsc (native msgpack), .json (Chrome/Perfetto trace), .html
+        (self-contained report) or .csv (samples). Returns the path."""
         path = os.fspath(path)
         if path.endswith(".json"):
             import json
@@ -163,8 +164,16 @@ class Timeline:
             data = json.dumps(to_chrome(self), separators=(",", ":")).encode()
         elif path.endswith(".wsc"):
             data = protocol.encode_blob(self.to_dict())
+        elif path.endswith(".html"):
+            from .export.html import to_html
+
+            data = to_html(self).encode()
+        elif path.endswith(".csv"):
+            from .export.csv_samples import to_csv
+
+            data = to_csv(self).encode()
         else:
-            raise WorkerscopeError(f"unknown file type for {path!r}: use .wsc or .json")
+            raise WorkerscopeError(f"unknown file type for {path!r}: use .wsc, .json, .html or .csv")
         tmp = f"{path}.tmp{os.getpid()}"
         try:
             with open(tmp, "wb") as f:

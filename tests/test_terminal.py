@@ -1,0 +1,100 @@
+"""Terminal views on fixed timelines, compared with golden text; CSV; `workerscope report`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+
+from conftest import run_cli
+
+from workerscope import Timeline
+from workerscope.export.csv_samples import to_csv
+from workerscope.export.terminal import gantt, report
+from workerscope.timeline import Job, Sample, Span, Worker
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
+S = 1_000_000_000
+
+
+def fixed_timeline() -> Timeline:
+    """Two workers over 10 s: a healthy one with nested spans and a failed call, and one
+    killed at 6 s in the middle of its job."""
+    t0 = 1_700_000_000 * S
+    t = Timeline(workers={"n1/a:100:101": Worker("n1/a:100:101", host="a", pid=100, status="exited"),
+                          "b:200:201": Worker("b:200:201", host="b", pid=200, status="killed",
+                                              lost=3, notes=["gpu: NVML found no NVIDIA device"])})
+    t.jobs = [Job("n1/a:100:101", 1, "task", t0, t0 + 10 * S, "ok", None, 100, 100),
+              Job("b:200:201", 1, "task", t0 + 1 * S, t0 + 6 * S, "killed", None, 200, 200)]
+    t.spans = [Span("n1/a:100:101", 1, 1, None, "task", t0, t0 + 10 * S, 100, 100, kind="job"),
+               Span("n1/a:100:101", 1, 2, 1, "load", t0 + 1 * S, t0 + 4 * S, 100, 100),
+               Span("n1/a:100:101", 1, 3, 2, "parse", t0 + 2 * S, t0 + 3 * S, 100, 100),
+               Span("n1/a:100:101", 1, 4, 1, "save", t0 + 7 * S, t0 + 8 * S, 100, 100,
+                    error="OSError"),
+               Span("b:200:201", 1, 1, None, "task", t0 + 1 * S, t0 + 6 * S, 200, 200, kind="job"),
+               Span("b:200:201", 1, 2, 1, "load", t0 + 2 * S, t0 + 5 * S, 200, 200)]
+    for k in range(11):
+        t.samples.append(Sample("n1/a:100:101", t0 + k * S, "tree", 100,
+                                {"cpu_percent": 10.0 * k, "rss_bytes": 1e6 * k,
+                                 "cpu_user_s": k * 0.5, "cpu_system_s": 0.0}))
+    for k in range(1, 7):
+        t.samples.append(Sample("b:200:201", t0 + k * S, "tree", 200,
+                                {"cpu_percent": 200.0 if k > 2 else 50.0, "rss_bytes": 5e5}))
+    t.sort()
+    return t
+
+
+def golden(name: str, text: str) -> str:
+    path = os.path.join(GOLDEN, name)
+    if os.environ.get("WORKERSCOPE_REGOLD"):
+        with open(path, "w") as f:
+            f.write(text)
+    with open(path) as f:
+        return f.read()
+
+
+def test_gantt_golden():
+    """The Gantt of the fixed timeline at width 60, killed worker and failed span marked."""
+    text = gantt(fixed_timeline(), width=60)
+    assert text == golden("gantt_60.txt", text)
+    lines = text.splitlines()
+    assert lines[1].startswith("b:200 killed") and "✗" in lines[1]
+    assert lines[3].startswith("n1/a:100 exited") and "!" in lines[3]
+
+
+def test_report_golden():
+    """The whole terminal report (Gantt, workers, jobs, functions, notes) at width 72."""
+    text = report(fixed_timeline(), width=72)
+    assert text == golden("report_72.txt", text)
+
+
+def test_width_follows_argument_and_no_colour_by_default():
+    """Every Gantt line is exactly `width` wide; colour codes only when asked for."""
+    for width in (40, 100):
+        lines = gantt(fixed_timeline(), width=width).splitlines()
+        assert {len(line) for line in lines} == {width}
+    assert "\x1b[" not in report(fixed_timeline())
+    assert "\x1b[31m✗" in gantt(fixed_timeline(), color=True)
+
+
+def test_csv_has_one_row_per_sample_and_every_metric():
+    """The CSV has the fixed columns plus each metric, one row per sample, blanks for absent."""
+    t = fixed_timeline()
+    rows = list(csv.DictReader(io.StringIO(to_csv(t))))
+    assert len(rows) == len(t.samples) == 17
+    assert rows[0]["scope"] == "tree" and rows[0]["t_s"] == "0.000000"
+    b = [r for r in rows if r["worker"] == "b:200:201"]
+    assert b[0]["cpu_user_s"] == "" and float(b[-1]["cpu_percent"]) == 200.0
+
+
+def test_report_command(tmp_path):
+    """`workerscope report FILE` prints the views; with --csv/--json it writes files."""
+    path = fixed_timeline().save(tmp_path / "t.wsc")
+    r = run_cli("report", path)
+    assert r.returncode == 0, r.stderr
+    assert "killed" in r.stdout and "parse" in r.stdout and "\x1b[" not in r.stdout
+    r = run_cli("report", path, "--csv", str(tmp_path / "t.csv"), "--json", str(tmp_path / "t.json"))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "t.csv").stat().st_size > 0 and (tmp_path / "t.json").stat().st_size > 0
+    r = run_cli("report", str(tmp_path / "missing.wsc"))
+    assert r.returncode == 2 and "cannot read" in r.stderr

@@ -1,0 +1,210 @@
+"""Per-span resource attribution: what the process and its tree used while each span ran.
+
+Cumulative counters (CPU seconds, IO bytes) are interpolated linearly between the samples around
+each edge of the span, so a span longer than a couple of intervals gets its own share; gauges
+(RSS, GPU) take the samples inside the span plus the interpolated values at its edges. The
+kernel's RSS high-water mark (VmHWM, sampled as peak_rss_bytes) catches a peak that fell
+between two samples. Shorter spans than the interval get the rate of the interval they sit in:
+the numbers are estimates, and say so in their names (`_s`, `_bytes`, never exact counters).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from ..timeline import Span, Timeline
+
+
+@dataclass
+class _Series:
+    times: list[int]
+    values: list[float]
+
+    def at(self, t: int) -> float | None:
+        """Linear interpolation at t, clamped to the first and last sample."""
+        if not self.times:
+            return None
+        i = bisect.bisect_left(self.times, t)
+        if i == 0:
+            return self.values[0]
+        if i >= len(self.times):
+            return self.values[-1]
+        t0, t1 = self.times[i - 1], self.times[i]
+        v0, v1 = self.values[i - 1], self.values[i]
+        return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
+
+    def within(self, t0: int, t1: int) -> list[float]:
+        lo, hi = bisect.bisect_left(self.times, t0), bisect.bisect_right(self.times, t1)
+        return self.values[lo:hi]
+
+    def first_after(self, t: int) -> float | None:
+        i = bisect.bisect_left(self.times, t)
+        return self.values[i] if i < len(self.values) else None
+
+    def last_before(self, t: int) -> float | None:
+        i = bisect.bisect_right(self.times, t)
+        return self.values[i - 1] if i else None
+
+
+def _series(samples: Iterable[tuple[int, dict[str, float]]], key: Any) -> _Series:
+    times, values = [], []
+    for t, v in samples:
+        value = key(v) if callable(key) else v.get(key)
+        if value is not None:
+            times.append(t)
+            values.append(float(value))
+    return _Series(times, values)
+
+
+def _cpu(v: dict[str, float]) -> float | None:
+    if "cpu_user_s" in v and "cpu_system_s" in v:
+        return v["cpu_user_s"] + v["cpu_system_s"]
+    return None
+
+
+def attribute(t: Timeline) -> dict[tuple[str, int, int], dict[str, float]]:
+    """(worker, pid, span id) -> estimates of what ran during the span."""
+    by_proc: dict[tuple[str, int], list[tuple[int, dict[str, float]]]] = {}
+    by_tree: dict[str, list[tuple[int, dict[str, float]]]] = {}
+    by_gpu: dict[str, list[tuple[int, dict[str, float]]]] = {}
+    for s in t.samples:
+        if s.scope == "proc" and s.pid is not None:
+            by_proc.setdefault((s.worker, s.pid), []).append((s.t_ns, s.values))
+        elif s.scope == "tree":
+            by_tree.setdefault(s.worker, []).append((s.t_ns, s.values))
+        elif s.scope.startswith("gpu"):
+            by_gpu.setdefault(s.worker, []).append((s.t_ns, s.values))
+    cache: dict[Any, dict[str, _Series]] = {}
+
+    def proc_series(worker: str, pid: int) -> dict[str, _Series]:
+        key = ("p", worker, pid)
+        if key not in cache:
+            rows = sorted(by_proc.get((worker, pid), []), key=lambda r: r[0])
+            cache[key] = {"cpu": _series(rows, _cpu), "rss": _series(rows, "rss_bytes"),
+                          "hwm": _series(rows, "peak_rss_bytes"),
+                          "read": _series(rows, "read_bytes"),
+                          "write": _series(rows, "write_bytes"),
+                          "gpu_mem": _series(rows, "gpu_mem_bytes")}
+        return cache[key]
+
+    def tree_series(worker: str) -> dict[str, _Series]:
+        key = ("t", worker)
+        if key not in cache:
+            rows = sorted(by_tree.get(worker, []), key=lambda r: r[0])
+            gpus = sorted(by_gpu.get(worker, []), key=lambda r: r[0])
+            cache[key] = {"cpu": _series(rows, _cpu), "gpu_util": _series(gpus, "util_percent")}
+        return cache[key]
+
+    out: dict[tuple[str, int, int], dict[str, float]] = {}
+    for span in t.spans:
+        out[(span.worker, span.pid, span.id)] = _one(span, proc_series(span.worker, span.pid),
+                                                    tree_series(span.worker))
+    return out
+
+
+def _delta(series: _Series, t0: int, t1: int) -> float | None:
+    a, b = series.at(t0), series.at(t1)
+    return None if a is None or b is None else max(b - a, 0.0)
+
+
+def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series]) -> dict[str, float]:
+    t0, t1 = span.start_ns, span.end_ns
+    res: dict[str, float] = {}
+    for name, series, key in (("cpu_s", p["cpu"], None), ("tree_cpu_s", tree["cpu"], None),
+                              ("read_bytes", p["read"], None), ("write_bytes", p["write"], None)):
+        d = _delta(series, t0, t1)
+        if d is not None:
+            res[name] = d
+    rss = p["rss"]
+    start, end = rss.at(t0), rss.at(t1)
+    if start is not None and end is not None:
+        res["rss_growth_bytes"] = end - start
+        peak = max([start, end] + rss.within(t0, t1))
+        # A high-water mark that rose across the span: the peak fell inside it (or near it).
+        hwm_before, hwm_after = p["hwm"].last_before(t0), p["hwm"].first_after(t1)
+        if hwm_before is not None and hwm_after is not None and hwm_after > hwm_before:
+            peak = max(peak, hwm_after)
+        res["peak_rss_bytes"] = peak
+    util = tree["gpu_util"].within(t0, t1)
+    if util:
+        res["gpu_util_percent"] = sum(util) / len(util)
+    gmem = p["gpu_mem"].within(t0, t1)
+    if gmem:
+        res["gpu_mem_bytes"] = max(gmem)
+    return res
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return math.nan
+    k = (len(sorted_values) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def function_table(t: Timeline, attribution: dict | None = None) -> list[dict[str, Any]]:
+    """One row per span name (jobs included, kind "job"): calls, wall-time statistics, self time
+    (wall minus time in child spans), attributed CPU and peak memory, errors. Sorted by total."""
+    attribution = attribute(t) if attribution is None else attribution
+    child_time: dict[tuple[str, int, int], int] = {}
+    for s in t.spans:
+        if s.parent is not None:
+            key = (s.worker, s.pid, s.parent)
+            child_time[key] = child_time.get(key, 0) + s.duration_ns
+    rows: dict[tuple[str, str], dict[str, Any]] = {}
+    walls: dict[tuple[str, str], list[float]] = {}
+    for s in t.spans:
+        key = (s.name, s.kind)
+        row = rows.setdefault(key, {"name": s.name, "kind": s.kind, "calls": 0, "total_s": 0.0,
+                                    "self_s": 0.0, "cpu_s": 0.0, "peak_rss_bytes": 0.0,
+                                    "errors": 0, "has_cpu": False})
+        wall = s.duration_ns / 1e9
+        walls.setdefault(key, []).append(wall)
+        row["calls"] += 1
+        row["total_s"] += wall
+        row["self_s"] += max(s.duration_ns - child_time.get((s.worker, s.pid, s.id), 0), 0) / 1e9
+        row["errors"] += s.error is not None
+        a = attribution.get((s.worker, s.pid, s.id), {})
+        if "cpu_s" in a:
+            row["cpu_s"] += a["cpu_s"]
+            row["has_cpu"] = True
+        row["peak_rss_bytes"] = max(row["peak_rss_bytes"], a.get("peak_rss_bytes", 0.0))
+    out = []
+    for key, row in rows.items():
+        w = sorted(walls[key])
+        row.update(mean_s=row["total_s"] / row["calls"], p50_s=_percentile(w, 0.5),
+                   p95_s=_percentile(w, 0.95), max_s=w[-1])
+        if not row.pop("has_cpu"):
+            row["cpu_s"] = None
+        if not row["peak_rss_bytes"]:
+            row["peak_rss_bytes"] = None
+        out.append(row)
+    out.sort(key=lambda r: -r["total_s"])
+    return out
+
+
+def workers_table(t: Timeline, straggler_factor: float = 1.5) -> list[dict[str, Any]]:
+    """One row per worker: host, pid, status, jobs, frames lost, busy time, and whether it is a
+    straggler (its job time is over straggler_factor x the median of its peers)."""
+    busy: dict[str, float] = {}
+    jobs: dict[str, int] = {}
+    failed: dict[str, int] = {}
+    for j in t.jobs:
+        end = j.end_ns if j.end_ns is not None else j.start_ns
+        busy[j.worker] = busy.get(j.worker, 0.0) + (end - j.start_ns) / 1e9
+        jobs[j.worker] = jobs.get(j.worker, 0) + 1
+        failed[j.worker] = failed.get(j.worker, 0) + (j.status not in ("ok", "running"))
+    values = sorted(busy.values())
+    median = _percentile(values, 0.5) if values else math.nan
+    rows = []
+    for wid, w in t.workers.items():
+        b = busy.get(wid, 0.0)
+        rows.append({"worker": wid, "host": w.host, "pid": w.pid, "status": w.status,
+                     "jobs": jobs.get(wid, 0), "failed_jobs": failed.get(wid, 0),
+                     "lost": w.lost, "dropped": w.dropped, "busy_s": b,
+                     "straggler": len(values) >= 3 and median > 0 and b > straggler_factor * median})
+    rows.sort(key=lambda r: r["worker"])
+    return rows
