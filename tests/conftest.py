@@ -49,6 +49,18 @@ def _mp_resource_tracker():
     from multiprocessing import resource_tracker
 
     resource_tracker.ensure_running()
+    try:  # matplotlib keeps its font file open once it has drawn text: open it now
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig = plt.figure()
+        fig.text(0.5, 0.5, "warm-up")
+        fig.canvas.draw()
+        plt.close(fig)
+    except ImportError:
+        matplotlib = None  # PNG tests skip themselves
 
 
 @pytest.fixture(autouse=True)
@@ -61,8 +73,13 @@ def no_leaks():
     launcher.close_all(wait=True)
     light._close_senders()
     assert not orphans, f"sidecars left running that no link owns: {orphans}"
-    leaked_fds = _fds() - fds
-    assert not leaked_fds, f"file descriptors left open: {sorted(leaked_fds)}"
+    leaked = {}
+    for fd in _fds() - fds:
+        try:
+            leaked[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed since we listed it
+    assert not leaked, f"file descriptors left open: {leaked}"
     me = psutil.Process()
     kids = [p for p in me.children(recursive=True) if not _is_mp_helper(p)]
     _, alive = psutil.wait_procs(kids, timeout=10)

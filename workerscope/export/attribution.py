@@ -128,6 +128,7 @@ def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series]) -> dict[st
         if hwm_before is not None and hwm_after is not None and hwm_after > hwm_before:
             peak = max(peak, hwm_after)
         res["peak_rss_bytes"] = peak
+        res["peak_growth_bytes"] = max(peak - start, 0.0)
     util = tree["gpu_util"].within(t0, t1)
     if util:
         res["gpu_util_percent"] = sum(util) / len(util)

@@ -55,7 +55,12 @@ def _nested(spans: list[Span]) -> tuple[list[Span], list[Span]]:
     return nested, overlapping
 
 
-def to_chrome(t: Timeline) -> dict[str, Any]:
+def to_chrome(t: Timeline, attribution: dict | None = None) -> dict[str, Any]:
+    """The trace as a dict ready for json.dump. Each span's args carry its attrs, error, job,
+    worker and its resource attribution (cpu_s, peak_rss_bytes, ...; see attribution.py)."""
+    from .attribution import attribute
+
+    attribution = attribute(t) if attribution is None else attribution
     origin = t.start_ns or 0
     host_of = {wid: w.host for wid, w in t.workers.items()}
     pids = _pid_map(t)
@@ -91,16 +96,23 @@ def to_chrome(t: Timeline) -> dict[str, Any]:
         for s in nested:
             events.append({"ph": "X", "name": s.name, "cat": s.kind, "pid": p, "tid": tid,
                            "ts": _us(s.start_ns, origin), "dur": _us(s.end_ns, s.start_ns),
-                           "args": _span_args(s)})
+                           "args": _span_args(s, attribution)})
         for s in overlapping:
             common = {"name": s.name, "cat": s.kind, "pid": p, "tid": tid,
                       "id2": {"local": f"{s.worker}:{s.id}"}}
             events.append({**common, "ph": "b", "ts": _us(s.start_ns, origin),
-                           "args": _span_args(s)})
+                           "args": _span_args(s, attribution)})
             events.append({**common, "ph": "e", "ts": _us(s.end_ns, origin)})
     for m in t.marks:
         events.append({"ph": "i", "s": "t", "name": m.name, "pid": pid_of(m.worker, m.pid),
                        "tid": m.tid, "ts": _us(m.t_ns, origin), "args": m.attrs or {}})
+    for j in t.jobs:
+        if j.status not in ("ok", "running"):
+            # A failed or killed job is also an instant on its process, easy to spot.
+            end = j.end_ns if j.end_ns is not None else j.start_ns
+            events.append({"ph": "i", "s": "p", "name": f"job {j.status}: {j.name}",
+                           "pid": pid_of(j.worker, j.pid), "tid": j.tid or j.pid,
+                           "ts": _us(end, origin), "args": {"error": j.error, "job": j.id}})
     host_pid = {}
     for smp in t.samples:
         if smp.scope == "host":
@@ -127,11 +139,13 @@ def to_chrome(t: Timeline) -> dict[str, Any]:
     }
 
 
-def _span_args(s: Span) -> dict[str, Any]:
+def _span_args(s: Span, attribution: dict) -> dict[str, Any]:
     args: dict[str, Any] = dict(s.attrs or {})
     if s.error:
         args["error"] = s.error
     if s.job is not None:
         args["job"] = s.job
     args["worker"] = s.worker
+    for key, value in attribution.get((s.worker, s.pid, s.id), {}).items():
+        args[f"used.{key}"] = round(value, 6)
     return args

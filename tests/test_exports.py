@@ -1,0 +1,132 @@
+"""Exports: per-span attribution against ground truth, the Chrome trace against the Trace Event
+Format, and the PNG figure."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from workerscope import monitor, timed
+from workerscope.export.attribution import attribute, function_table
+from workerscope.export.chrome import to_chrome
+
+MB = 1024 * 1024
+
+
+@timed
+def allocate_200mb():
+    block = bytearray(200 * MB)
+    block[::4096] = b"\x01" * (len(block) // 4096)
+    time.sleep(0.3)
+    del block
+
+
+@timed
+def burn_1s():
+    end = time.process_time() + 1.0
+    while time.process_time() < end:
+        pass
+
+
+@timed
+def nap():
+    time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def real_timeline():
+    with monitor(interval=0.05) as m:
+        allocate_200mb()
+        burn_1s()
+        nap()
+    return m.timeline
+
+
+def test_attribution_against_ground_truth(real_timeline):
+    """200 MB allocated shows as a 200 MB peak (10 %); 1 s burned as 0.85-1.1 CPU s; a sleep ~0."""
+    t = real_timeline
+    a = attribute(t)
+    by_name = {s.name: a[(s.worker, s.pid, s.id)] for s in t.spans}
+    assert abs(by_name["allocate_200mb"]["peak_growth_bytes"] - 200 * MB) <= 20 * MB
+    assert 0.85 <= by_name["burn_1s"]["cpu_s"] <= 1.1
+    assert by_name["nap"]["cpu_s"] < 0.05
+    assert by_name["nap"]["peak_growth_bytes"] < 5 * MB
+    rows = {r["name"]: r for r in function_table(t, a)}
+    assert rows["burn_1s"]["calls"] == 1 and 0.85 <= rows["burn_1s"]["cpu_s"] <= 1.1
+    assert rows["monitor"]["kind"] == "job"
+    assert rows["monitor"]["self_s"] < rows["monitor"]["total_s"]
+
+
+PHASES = {"X", "B", "E", "b", "e", "i", "C", "M"}
+
+
+def check_trace_event_format(trace):
+    """A schema check of Chrome's Trace Event Format, as Perfetto's JSON importer reads it."""
+    assert set(trace) >= {"traceEvents"}
+    assert trace.get("displayTimeUnit", "ms") in ("ms", "ns")
+    open_async = {}
+    for e in trace["traceEvents"]:
+        assert e["ph"] in PHASES, e
+        assert isinstance(e["pid"], int) and isinstance(e.get("tid", 0), int)
+        assert isinstance(e["name"], str)
+        if e["ph"] == "M":
+            assert e["name"] in ("process_name", "thread_name", "process_labels")
+            continue
+        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0
+        if e["ph"] == "X":
+            assert isinstance(e["dur"], (int, float)) and e["dur"] >= 0
+        if e["ph"] == "C":
+            assert all(isinstance(v, (int, float)) for v in e["args"].values())
+        if e["ph"] == "i":
+            assert e["s"] in ("t", "p", "g")
+        if e["ph"] in "be":
+            key = (e["pid"], e["cat"], json.dumps(e["id2"]))
+            if e["ph"] == "b":
+                open_async[key] = e["ts"]
+            else:
+                assert open_async.pop(key) <= e["ts"]
+    assert not open_async, "async begin without end"
+    # X slices on one thread must nest
+    by_thread = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for slices in by_thread.values():
+        stack = []
+        for start, end in sorted(slices, key=lambda s: (s[0], -s[1])):
+            while stack and stack[-1] <= start:
+                stack.pop()
+            assert not stack or end <= stack[-1] + 1e-3, "overlapping slices on one thread"
+            stack.append(end)
+
+
+def test_chrome_trace_is_valid_and_carries_attribution(real_timeline):
+    """The trace passes the format check; spans carry attribution, the job its status."""
+    trace = json.loads(json.dumps(to_chrome(real_timeline)))
+    check_trace_event_format(trace)
+    xs = {e["name"]: e for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert 0.85 <= xs["burn_1s"]["args"]["used.cpu_s"] <= 1.1
+    assert xs["monitor"]["args"]["status"] == "ok" and xs["monitor"]["cat"] == "job"
+    names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert {"process_name", "thread_name"} <= names
+
+
+def test_png_figure(real_timeline, tmp_path):
+    """The PNG holds the Gantt and six plots (7 axes), each with data or a 'no data' note."""
+    pytest.importorskip("matplotlib")
+    from workerscope.export.plots import figure, save_png
+
+    fig = figure(real_timeline)
+    axes = fig.get_axes()
+    assert len(axes) == 7
+    assert axes[0].patches, "the Gantt has bars"
+    assert axes[1].lines and axes[2].lines, "CPU and memory are plotted"
+    assert any(txt.get_text() == "no data" for txt in axes[5].texts)  # no GPU here
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    path = save_png(real_timeline, tmp_path / "t.png")
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
