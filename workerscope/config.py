@@ -30,6 +30,8 @@ class Config:
     flush_interval: float = 0.2
     # Sample this many times per frame sent (last, min, mean, max of each metric).
     samples_per_frame: int = 1
+    # Frames a sidecar queues for a slow or absent driver before it drops (and counts) them.
+    send_queue: int = 10_000
 
 
 _ENV = {
@@ -41,6 +43,7 @@ _ENV = {
     "bye_timeout": "WORKERSCOPE_BYE_TIMEOUT",
     "flush_interval": "WORKERSCOPE_FLUSH_INTERVAL",
     "samples_per_frame": "WORKERSCOPE_SAMPLES_PER_FRAME",
+    "send_queue": "WORKERSCOPE_SEND_QUEUE",
 }
 
 
@@ -84,15 +87,16 @@ def resolve(environ: Mapping[str, str] | None = None, **given: object) -> Config
     if "flush_interval" in values and not 0.01 <= values["flush_interval"] <= 3600:  # type: ignore[operator]
         raise ConfigError(
             f"flush_interval must be between 0.01 and 3600 seconds, got {values['flush_interval']!r}")
-    if "samples_per_frame" in values:
-        raw = values["samples_per_frame"]
-        try:
-            n = int(str(raw))
-        except ValueError as err:
-            raise ConfigError(f"samples_per_frame must be a whole number, got {raw!r}") from err
-        if not 1 <= n <= 10_000:
-            raise ConfigError(f"samples_per_frame must be between 1 and 10000, got {n}")
-        values["samples_per_frame"] = n
+    for key, top in (("samples_per_frame", 10_000), ("send_queue", 10_000_000)):
+        if key in values:
+            raw = values[key]
+            try:
+                n = int(str(raw))
+            except ValueError as err:
+                raise ConfigError(f"{key} must be a whole number, got {raw!r}") from err
+            if not 1 <= n <= top:
+                raise ConfigError(f"{key} must be between 1 and {top}, got {n}")
+            values[key] = n
     for key in ("endpoint", "out", "node"):
         if key in values:
             values[key] = str(values[key])

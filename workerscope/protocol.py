@@ -31,9 +31,17 @@ SAMPLE = "sample"
 SPANS = "spans"
 MARK = "mark"
 BYE = "bye"
+# Every HEARTBEAT_S while alive, jobs or not: liveness, live drop counts, clock samples.
+HEARTBEAT = "heartbeat"
 # Driver -> sidecar: acknowledges a bye so the sidecar may close without losing it.
 ACK = "ack"
-FRAME_KINDS = frozenset({HELLO, JOB_START, JOB_END, SAMPLE, SPANS, MARK, BYE, ACK})
+# Clock offset estimation (Cristian): driver -> sidecar ping {id, t0}; sidecar -> driver pong
+# {id, t0, t1} with t1 the sidecar's wall clock when it answered.
+PING = "ping"
+PONG = "pong"
+FRAME_KINDS = frozenset({HELLO, JOB_START, JOB_END, SAMPLE, SPANS, MARK, BYE, HEARTBEAT, ACK,
+                         PING, PONG})
+HEARTBEAT_S = 1.0
 
 # Pipe message kinds. Worker -> sidecar: hello, job_start, spans, job_end, close.
 # Sidecar -> worker: ready, timeline.

@@ -28,12 +28,16 @@ class Worker:
     sidecar_pid: int | None = None
     interval: float | None = None
     boot_id: str | None = None
-    status: str = "running"  # running | exited | ended | killed | sidecar_lost
+    # running | exited | ended | killed | sidecar_lost; at a driver also stale (silent for
+    # longer than stale_after) and dead (its processes are gone from this host, no bye)
+    status: str = "running"
     frames: int = 0
     lost: int = 0
     dropped: int = 0
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the sidecar could not measure, once each
+    clock_offset_ns: int = 0  # how far its clock ran ahead of the driver's (subtracted)
+    clock_error_ns: int | None = None  # half the round trip of the best offset sample
 
 
 @dataclass(frozen=True)
@@ -368,18 +372,36 @@ class TimelineBuilder:
         w = self.worker(wid)
         w.status, w.dropped, w.errors = status, dropped, errors
 
-    def timeline(self) -> Timeline:
+    def timeline(self, offsets: dict[str, int] | None = None) -> Timeline:
         """A copy of the timeline so far. A job still open shows as running, or as killed
-        when its worker has already said bye."""
+        when its worker has already said bye. offsets: worker id -> ns its clock runs ahead of
+        the driver's, taken off every time of that worker."""
         t = Timeline(dict(self.t.workers), list(self.t.jobs), list(self.t.spans),
                      list(self.t.marks), list(self.t.samples), dict(self.t.processes),
                      dict(self.t.threads))
+        if offsets:
+            _shift(t, offsets)
         for (wid, _), job in self._open_jobs.items():
             gone = self.t.workers[wid].status != "running"
+            job = dict(job, start=job["start"] - (offsets or {}).get(wid, 0))
             _append_job(t, wid, job, t.end_ns if gone else None, "killed" if gone else "running",
                         None)
         t.sort()
         return t
+
+
+def _shift(t: Timeline, offsets: dict[str, int]) -> None:
+    """Move each worker's events by its clock offset onto the driver's clock."""
+    rep = dataclasses.replace
+    t.samples = [rep(s, t_ns=s.t_ns - offsets[s.worker]) if offsets.get(s.worker) else s
+                 for s in t.samples]
+    t.spans = [rep(s, start_ns=s.start_ns - offsets[s.worker], end_ns=s.end_ns - offsets[s.worker])
+               if offsets.get(s.worker) else s for s in t.spans]
+    t.marks = [rep(m, t_ns=m.t_ns - offsets[m.worker]) if offsets.get(m.worker) else m
+               for m in t.marks]
+    t.jobs = [rep(j, start_ns=j.start_ns - offsets[j.worker],
+                  end_ns=None if j.end_ns is None else j.end_ns - offsets[j.worker])
+              if offsets.get(j.worker) else j for j in t.jobs]
 
 
 def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, status: str,

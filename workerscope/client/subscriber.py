@@ -1,19 +1,25 @@
 """The driver's receiver: many sidecars, on many hosts, connect to one Subscriber.
 
-A ROUTER socket bound once; each sidecar's DEALER connects to it. A background thread owns
-the socket (ZeroMQ sockets are not thread-safe), decodes frames, folds them into one
-Timeline, counts frames lost per worker from gaps in their seq numbers, and acknowledges
-each bye so the sidecar can exit knowing its last frames arrived.
+A ROUTER socket bound once; each sidecar's DEALER connects to it (a DEALER queues frames until
+the driver is there: no slow-joiner loss for workers that start first). A background thread owns
+the socket (ZeroMQ sockets are not thread-safe), decodes frames, folds them into one Timeline,
+counts frames lost per worker from gaps in their seq numbers, acknowledges each bye, and pings
+each sidecar to learn its clock offset (Cristian's method, keeping the lowest-delay sample).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 import sys
 import tempfile
 import threading
-from typing import Callable
+import time
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable
 
+import psutil
 import zmq
 
 from .. import protocol
@@ -21,6 +27,24 @@ from ..errors import ProtocolError, WorkerscopeError
 from ..timeline import Timeline, TimelineBuilder
 
 POLL_MS = 100
+PINGS_AT_HELLO = 5
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+@dataclass
+class _Clock:
+    """The best (lowest round-trip) offset sample of one worker's clock."""
+
+    offset_ns: int = 0
+    delay_ns: int | None = None
+    samples: int = 0
 
 
 class Subscriber:
@@ -30,21 +54,36 @@ class Subscriber:
             pool.map(profiled(fn, mode="heavy", endpoint=sub.endpoint), items)
             sub.wait(jobs=len(items), timeout=60)
             sub.timeline().save("run.json")
+
+    Three ways to follow frames as they come: `wait()` (blocking), `on_frame` (a callback run
+    on the receive thread: keep it quick), and `async for frame in sub.frames()`.
+    stale_after: seconds of silence after which a worker shows as "stale".
     """
 
     def __init__(self, address: str = "tcp://127.0.0.1:0",
-                 on_frame: Callable[[protocol.Frame], None] | None = None) -> None:
+                 on_frame: Callable[[protocol.Frame], None] | None = None,
+                 stale_after: float = 10.0, receive_queue: int = 100_000) -> None:
         self.address = address
         self.on_frame = on_frame
+        self.stale_after = stale_after
+        self.receive_queue = receive_queue
         self.endpoint = ""
         self.lost: dict[str, int] = {}
         self.received: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}  # frames each sidecar could not queue (it says so)
         self.bad_frames = 0
         self.callback_errors = 0
+        self.iterator_dropped = 0
         self.last_error: str | None = None
         self.jobs_started = 0
         self.jobs_ended = 0
         self._next_seq: dict[str, int] = {}
+        self._last_seen: dict[str, float] = {}
+        self._clocks: dict[str, _Clock] = {}
+        self._pings: dict[int, tuple[str, bytes, int]] = {}
+        self._ping_ids = 0
+        self._boot = _boot_id()
+        self._host = socket.gethostname()
         self._builder = TimelineBuilder()
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -52,6 +91,7 @@ class Subscriber:
         self._ctx: zmq.Context | None = None
         self._sock: zmq.Socket | None = None
         self._tmpdir: str | None = None
+        self._queues: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "Subscriber":
@@ -61,7 +101,9 @@ class Subscriber:
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
-        sock.setsockopt(zmq.RCVHWM, 100_000)
+        # Bounded: past this many frames waiting here, ZeroMQ stops reading the sockets, the
+        # sidecars' queues fill, and they drop and count rather than block their workers.
+        sock.setsockopt(zmq.RCVHWM, self.receive_queue)
         address = self.address
         if address.startswith("tcp://") and address.endswith(":0"):
             address = address[:-2] + ":*"  # ZeroMQ's spelling of "any free port"
@@ -99,6 +141,8 @@ class Subscriber:
                 os.unlink(os.path.join(self._tmpdir, name))
             os.rmdir(self._tmpdir)
             self._tmpdir = None
+        for loop, queue in list(self._queues):
+            loop.call_soon_threadsafe(queue.put_nowait, None)
 
     def __enter__(self) -> "Subscriber":
         return self.start()
@@ -121,13 +165,64 @@ class Subscriber:
         with self._cond:
             return self._cond.wait_for(done, timeout)
 
-    def timeline(self) -> Timeline:
-        """The merged timeline of every worker seen so far."""
+    def states(self) -> dict[str, str]:
+        """Each worker's status now: what its bye said, else running, stale (silent for over
+        stale_after s) or dead (its processes are gone from this host and it never said bye)."""
+        now = time.monotonic()
         with self._cond:
-            t = self._builder.timeline()
+            out = {}
+            for wid, w in self._builder.t.workers.items():
+                status = w.status
+                if status == "running":
+                    if self._local(w) and not any(psutil.pid_exists(p) for p in
+                                                  (w.pid, w.sidecar_pid) if p):
+                        status = "dead"
+                    elif now - self._last_seen.get(wid, now) > self.stale_after:
+                        status = "stale"
+                out[wid] = status
+            return out
+
+    def _local(self, w) -> bool:  # type: ignore[no-untyped-def]
+        return bool(w.boot_id) and w.boot_id == self._boot and w.host == self._host
+
+    def clock_offsets(self) -> dict[str, tuple[int, int | None]]:
+        """worker -> (ns its clock runs ahead of ours, error bound: half the best round trip)."""
+        with self._cond:
+            return {wid: (c.offset_ns, None if c.delay_ns is None else c.delay_ns // 2)
+                    for wid, c in self._clocks.items()}
+
+    def timeline(self) -> Timeline:
+        """The merged timeline of every worker seen so far, on this driver's clock."""
+        states = self.states()
+        with self._cond:
+            offsets = {wid: c.offset_ns for wid, c in self._clocks.items()}
+            t = self._builder.timeline(offsets)
             for wid, w in t.workers.items():
                 w.lost = self.lost.get(wid, 0)
+                w.dropped = max(w.dropped, self.dropped.get(wid, 0))
+                w.status = states.get(wid, w.status)
+                if wid in self._clocks:
+                    w.clock_offset_ns = self._clocks[wid].offset_ns
+                    d = self._clocks[wid].delay_ns
+                    w.clock_error_ns = None if d is None else d // 2
             return t
+
+    async def frames(self, maxsize: int = 10_000) -> AsyncIterator[protocol.Frame]:
+        """Every frame from now on, as an async iterator; ends when the Subscriber closes.
+        A consumer that falls maxsize frames behind loses the newest (counted in
+        iterator_dropped) rather than slowing the receive thread."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue(maxsize)
+        entry = (loop, queue)
+        self._queues.append(entry)
+        try:
+            while True:
+                frame = await queue.get()
+                if frame is None:
+                    return
+                yield frame
+        finally:
+            self._queues.remove(entry)
 
     # -- the receive thread ------------------------------------------------------------------
     def _run(self) -> None:
@@ -165,13 +260,19 @@ class Subscriber:
                 self.jobs_started += 1
             elif frame.kind == protocol.JOB_END:
                 self.jobs_ended += 1
+            elif frame.kind == protocol.HEARTBEAT:
+                self.dropped[frame.worker] = _int(frame.body.get("dropped"))
+            elif frame.kind == protocol.PONG:
+                self._on_pong(frame)
             self._cond.notify_all()
         if frame.kind == protocol.BYE:
-            ack = protocol.encode_frame(protocol.ACK, "driver", 0, {"seq": frame.seq})
-            try:
-                sock.send_multipart([identity, ack], zmq.NOBLOCK)
-            except zmq.ZMQError as err:  # the sidecar is gone already; it counts its own loss
-                self.last_error = f"ack to {frame.worker}: {err}"
+            self._send(sock, identity, protocol.ACK, {"seq": frame.seq})
+        elif frame.kind in (protocol.HELLO, protocol.HEARTBEAT) or (
+                frame.kind == protocol.PONG and self._wants_ping(frame.worker)):
+            self._ping(sock, identity, frame.worker)
+        self._deliver(frame)
+
+    def _deliver(self, frame: protocol.Frame) -> None:
         if self.on_frame is not None:
             try:
                 self.on_frame(frame)
@@ -180,9 +281,60 @@ class Subscriber:
                 if self.callback_errors == 1:
                     print(f"workerscope: on_frame callback failed: {err!r}", file=sys.stderr)
                 self.last_error = f"on_frame: {err!r}"
+        for loop, queue in list(self._queues):
+            loop.call_soon_threadsafe(self._put, queue, frame)
 
+    def _put(self, queue: asyncio.Queue, frame: protocol.Frame) -> None:
+        try:
+            queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            self.iterator_dropped += 1
+
+    def _send(self, sock: zmq.Socket, identity: bytes, kind: str, body: dict) -> None:
+        try:
+            sock.send_multipart([identity, protocol.encode_frame(kind, "driver", 0, body)],
+                                zmq.NOBLOCK)
+        except zmq.ZMQError as err:  # the sidecar is gone already; it counts its own loss
+            self.last_error = f"{kind} to a sidecar: {err}"
+
+    # -- clocks ------------------------------------------------------------------------------
+    def _same_clock(self, wid: str) -> bool:
+        w = self._builder.t.workers.get(wid)
+        return w is not None and self._local(w)
+
+    def _wants_ping(self, wid: str) -> bool:
+        clock = self._clocks.get(wid)
+        return clock is not None and clock.samples < PINGS_AT_HELLO
+
+    def _ping(self, sock: zmq.Socket, identity: bytes, wid: str) -> None:
+        if self._same_clock(wid):
+            return  # one host, one clock: nothing to estimate
+        self._clocks.setdefault(wid, _Clock())
+        self._ping_ids += 1
+        t0 = time.time_ns()
+        self._pings[self._ping_ids] = (wid, identity, t0)
+        if len(self._pings) > 10_000:  # pongs that never came
+            self._pings.pop(next(iter(self._pings)))
+        self._send(sock, identity, protocol.PING, {"id": self._ping_ids, "t0": t0})
+
+    def _on_pong(self, frame: protocol.Frame) -> None:
+        t2 = time.time_ns()
+        pending = self._pings.pop(_int(frame.body.get("id")), None)
+        if pending is None or pending[0] != frame.worker:
+            return
+        _, _, t0 = pending
+        t1 = _int(frame.body.get("t1"))
+        clock = self._clocks[frame.worker]
+        clock.samples += 1
+        delay = t2 - t0
+        if clock.delay_ns is None or delay < clock.delay_ns:
+            clock.delay_ns = delay
+            clock.offset_ns = t1 - (t0 + t2) // 2
+
+    # -- bookkeeping -------------------------------------------------------------------------
     def _count(self, frame: protocol.Frame) -> None:
         wid = frame.worker
+        self._last_seen[wid] = time.monotonic()
         self.received[wid] = self.received.get(wid, 0) + 1
         expected = self._next_seq.get(wid, 0)
         if frame.seq > expected:
@@ -194,3 +346,7 @@ class Subscriber:
         with self._cond:
             self.bad_frames += 1
             self.last_error = why
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

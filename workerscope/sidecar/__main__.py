@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import select
 import signal
 import socket
 import sys
@@ -25,7 +24,7 @@ from ..errors import ProtocolError, WorkerscopeError
 from .aggregate import Aggregator
 from .gpu import GpuSampler
 from .host import HostSampler, net_namespace, read_net_dev
-from .outbox import Outbox
+from .outbox import SEND_HWM, Outbox
 from .tree import ProcessTree
 
 HELLO_TIMEOUT = 30.0
@@ -60,7 +59,8 @@ class OpenJob:
 
 class Sidecar:
     def __init__(self, sock: socket.socket, target: int, interval: float, endpoint: str | None,
-                 node: str | None, bye_timeout: float, samples_per_frame: int = 1) -> None:
+                 node: str | None, bye_timeout: float, samples_per_frame: int = 1,
+                 send_hwm: int = SEND_HWM) -> None:
         self.sock = sock
         self.target = target
         self.interval_ns = int(interval * 1e9)
@@ -73,7 +73,7 @@ class Sidecar:
         self.outbox: Outbox | None = None
         if endpoint:
             try:
-                self.outbox = Outbox(endpoint)
+                self.outbox = Outbox(endpoint, send_hwm)
             except zmq.ZMQError as err:
                 # The job goes on; its timeline still reaches the worker and the out file.
                 self.errors.append(f"cannot connect to the driver at {endpoint}: {err}")
@@ -88,6 +88,10 @@ class Sidecar:
         self.hello = b""
         self.worker_id = ""
         self.next_tick = 0
+        self.next_heartbeat = 0
+        # Test hook: pretend this host's wall clock is off by this much (and that it is
+        # another host), to check the driver's clock-offset estimate. Never set in production.
+        self.skew = int(os.environ.get("WORKERSCOPE_TEST_CLOCK_SKEW_NS", "0") or 0)
         self.samples = 0
 
     # -- frames ------------------------------------------------------------------------------
@@ -154,12 +158,16 @@ class Sidecar:
         self.worker_id = f"{prefix}{host}:{self.target}:{os.getpid()}"
         hello = {
             "node": self.node, "host": host, "pid": self.target, "sidecar_pid": os.getpid(),
-            "interval": self.interval, "anchor": protocol.clock_anchor(),
-            "boot_id": _boot_id(),
+            "interval": self.interval, "anchor": self._anchor(),
+            "boot_id": _boot_id() + ("-skewed" if self.skew else ""),
             "metrics": METRICS, "net_scope": self.net_scope,
         }
         self.hello = self.emit(protocol.HELLO, hello, jobs=[])
         self.reply(protocol.READY, {"worker": self.worker_id, "pid": os.getpid()})
+
+    def _anchor(self) -> list[int]:
+        wall, mono = protocol.clock_anchor()
+        return [wall + self.skew, mono]
 
     def on_job_start(self, body: dict[str, Any]) -> None:
         job = OpenJob(int(body["job"]), str(body.get("name", "job")), body.get("out"), [self.hello],
@@ -173,7 +181,7 @@ class Sidecar:
         self.emit(protocol.JOB_START, {
             "job": job.job, "name": job.name, "t": body.get("t", time.monotonic_ns()),
             "pid": body.get("pid", self.target), "tid": body.get("tid"),
-            "anchor": protocol.clock_anchor(),
+            "anchor": self._anchor(),
         }, jobs=[job])
         self.sample(every_name=True, flush=True)
         if first:
@@ -247,15 +255,24 @@ class Sidecar:
         return self.bye(status)
 
     def loop(self) -> bool:
-        """Serve the pipe until close (True) or EOF (False)."""
+        """Serve the pipe (and the driver's pings) until close (True) or EOF (False)."""
+        poller = zmq.Poller()
+        poller.register(self.sock.fileno(), zmq.POLLIN)
+        if self.outbox is not None:
+            poller.register(self.outbox.socket, zmq.POLLIN)
+        started = time.monotonic()
         while True:
-            timeout = None
+            now = time.monotonic_ns()
+            wake = self.next_heartbeat
             if self.jobs:
-                timeout = max(0.0, (self.next_tick - time.monotonic_ns()) / 1e9)
-            elif not self.worker_id:
-                timeout = HELLO_TIMEOUT
-            readable, _, _ = select.select([self.sock], [], [], timeout)
-            if readable:
+                wake = min(wake, self.next_tick)
+            timeout_ms = max(0, (wake - now) // 1_000_000) + 1
+            if not self.worker_id:
+                if time.monotonic() - started > HELLO_TIMEOUT:
+                    return False  # no hello: nobody to serve
+                timeout_ms = 100
+            ready = dict(poller.poll(timeout_ms))
+            if self.sock.fileno() in ready:
                 try:
                     chunk = self.sock.recv(1 << 20)
                 except OSError:
@@ -271,15 +288,31 @@ class Sidecar:
                     if kind == protocol.CLOSE:
                         return True
                     self.handle(kind, body)
-            elif not self.worker_id:
-                return False  # no hello: nobody to serve
-            if self.jobs and time.monotonic_ns() >= self.next_tick:
+            if self.outbox is not None and self.outbox.socket in ready:
+                self.on_driver(self.outbox.receive())
+            now = time.monotonic_ns()
+            if self.worker_id and now >= self.next_heartbeat:
+                self.heartbeat(now)
+            if self.jobs and now >= self.next_tick:
                 self.sample()
                 # Tick on a fixed grid; if a sample overran whole intervals, skip them.
                 now = time.monotonic_ns()
                 self.next_tick += self.interval_ns
                 if self.next_tick <= now:
                     self.next_tick += ((now - self.next_tick) // self.interval_ns + 1) * self.interval_ns
+
+    def heartbeat(self, now: int) -> None:
+        self.next_heartbeat = now + int(protocol.HEARTBEAT_S * 1e9)
+        if self.outbox is not None:
+            self.emit(protocol.HEARTBEAT, {"t": now, "dropped": self.outbox.dropped,
+                                           "jobs": sorted(self.jobs)}, jobs=[])
+
+    def on_driver(self, frames: list[protocol.Frame]) -> None:
+        for frame in frames:
+            if frame.kind == protocol.PING:
+                body = frame.body
+                self.emit(protocol.PONG, {"id": body.get("id"), "t0": body.get("t0"),
+                                          "t1": time.time_ns() + self.skew}, jobs=[])
 
     def handle(self, kind: str, body: dict[str, Any]) -> None:
         try:
@@ -309,12 +342,12 @@ class Sidecar:
         return 0
 
 
-def _boot_id() -> str | None:
+def _boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f.read().strip()
     except OSError:
-        return None
+        return ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,12 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node")
     parser.add_argument("--bye-timeout", type=float, default=2.0)
     parser.add_argument("--samples-per-frame", type=int, default=1)
+    parser.add_argument("--send-queue", type=int, default=SEND_HWM)
     args = parser.parse_args(argv)
     # The job's Ctrl-C is for the job; we end on EOF of the pipe and deliver what we have.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=args.fd)
     sidecar = Sidecar(sock, args.target, args.interval, args.endpoint, args.node, args.bye_timeout,
-                      args.samples_per_frame)
+                      args.samples_per_frame, args.send_queue)
     try:
         return sidecar.run()
     finally:

@@ -62,6 +62,7 @@ class SidecarLink:
             "--interval", repr(self.config.interval),
             "--bye-timeout", repr(self.config.bye_timeout),
             "--samples-per-frame", str(self.config.samples_per_frame),
+            "--send-queue", str(self.config.send_queue),
         ]
         if self.config.endpoint:
             cmd += ["--endpoint", self.config.endpoint]
@@ -210,7 +211,7 @@ _links_lock = threading.Lock()
 
 def _key(config: Config) -> tuple:
     return (config.interval, config.endpoint, config.node, config.bye_timeout,
-            config.flush_interval, config.samples_per_frame)
+            config.flush_interval, config.samples_per_frame, config.send_queue)
 
 
 def get_link(config: Config) -> SidecarLink:

@@ -19,12 +19,12 @@ LINGER_MS = 2_000
 
 
 class Outbox:
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, send_hwm: int = SEND_HWM) -> None:
         self.endpoint = endpoint
         # A fresh context in this process: a zmq context must never cross a fork.
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.SNDHWM, SEND_HWM)
+        self._sock.setsockopt(zmq.SNDHWM, send_hwm)
         self._sock.setsockopt(zmq.LINGER, LINGER_MS)
         self._sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
         self._sock.connect(endpoint)
@@ -40,6 +40,24 @@ class Outbox:
             return False
         self.sent += 1
         return True
+
+    @property
+    def socket(self) -> zmq.Socket:
+        """For a zmq.Poller: readable when the driver sent something (a ping, an ack)."""
+        return self._sock
+
+    def receive(self) -> list[protocol.Frame]:
+        """Whatever the driver sent, without blocking; garbage is skipped."""
+        out = []
+        while True:
+            try:
+                data = self._sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return out
+            try:
+                out.append(protocol.decode_frame(data))
+            except ProtocolError:
+                continue  # not from a driver we understand: nothing to answer
 
     def wait_ack(self, seq: int, timeout: float) -> bool:
         """Wait for the driver to acknowledge frame `seq` (the bye). False on timeout."""
