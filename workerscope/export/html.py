@@ -130,12 +130,19 @@ def _payload(t: Timeline, attribution: dict, wtable: list[dict[str, Any]]
             cols["f"][i] |= 8
             cols["l"][i] = _dur_us(max(last[s.worker] - s.start_ns, 0))
     errors = [[i, _clip(s.error)] for i, s in enumerate(keep) if s.error is not None]
-    # a job's attrs are its status and light-mode stats
-    attrs = [[i, _clip(_attrs_text(s.attrs))] for i, s in enumerate(keep) if s.attrs]
+    # Attrs (a job's are its status and light-mode stats) as a table of distinct texts and,
+    # per span that has any, the delta of its index and its text's number.
+    texts: dict[str, int] = {}
+    having = [(i, texts.setdefault(_clip(_attrs_text(s.attrs)), len(texts)))
+              for i, s in enumerate(keep) if s.attrs]
+    attrs = {"i": [b[0] - a[0] for a, b in zip([(0, 0)] + having, having)],
+             "x": [x for _, x in having], "texts": list(texts)}
     seen = {k for a in attribution.values() for k in a}
     akeys = [k for k in _ATTR_KEYS if k in seen] + sorted(seen - set(_ATTR_KEYS))
     arows = [attribution.get((s.worker, s.pid, s.id)) or {} for s in keep]
-    avals = [[_num(a.get(k)) for a in arows] for k in akeys]
+    walls = [max(s.end_ns - s.start_ns, 1) / 1e9 for s in keep]
+    ascale = [_attr_scale(k) for k in akeys]
+    avals = [_attr_column(arows, k, scale, walls) for k, scale in zip(akeys, ascale)]
 
     bins = _span_bins(binned, origin, end, widx)
     if binned:
@@ -165,13 +172,54 @@ def _payload(t: Timeline, attribution: dict, wtable: list[dict[str, Any]]
         "hues": [zlib.crc32(n.encode("utf-8", "replace")) % 360 for n in names],
         "threads": [list(k) for k in threads],
         "spans": cols, "errors": errors, "attrs": attrs,
-        "akeys": akeys, "avals": avals,
+        "akeys": akeys, "ascale": ascale, "avals": avals,
         "bins": bins, "binned": len(binned),
         "marks": [[widx.get(m.worker, 0), _us(m.t_ns, origin), names[m.name]]
                   for m in sorted(t.marks, key=lambda m: m.t_ns) if m.worker in widx],
         "plots": plots, "counts": [len(order), len(t.jobs), len(spans)],
     }
     return data, notices
+
+
+def _attr_scale(key: str) -> Any:
+    """How one attribution estimate is stored: short integers, since there is one per span per
+    key. CPU seconds as % of one core over the span ("wall"), bytes in KiB (peaks in 0.1 MiB),
+    percentages whole; anything else to 4 significant digits (None)."""
+    if key.endswith("_s"):
+        return "wall"
+    if key in ("peak_rss_bytes", "gpu_mem_bytes"):
+        return 104857.6
+    if key.endswith("_bytes"):
+        return 1024
+    if key.endswith("_percent"):
+        return 1
+    return None
+
+
+def _attr_column(rows: list[dict[str, float]], key: str, scale: Any, walls: list[float]) -> str:
+    """One key's estimates for every span, comma-separated, empty where absent: an absent
+    value costs one byte instead of JSON's four ("null")."""
+    vals = [a.get(key) for a in rows]
+    if scale is not None:
+        try:  # the fast path: 8 keys x 200k spans
+            if scale == "wall":
+                text = ",".join(["" if v is None else f"{v * 100 / w:.0f}"
+                                 for v, w in zip(vals, walls)])
+            else:
+                text = ",".join(["" if v is None else f"{v / scale:.0f}" for v in vals])
+            if "n" not in text:  # no "inf" or "nan"
+                return text
+        except (TypeError, ValueError):
+            pass
+    out: list[str] = []
+    for v, wall in zip(vals, walls):
+        if v is None or not isinstance(v, (int, float)) or not math.isfinite(v):
+            out.append("")
+        elif scale is None:
+            out.append(str(_num(v)))
+        else:
+            out.append(str(round(v * 100 / wall) if scale == "wall" else round(v / scale)))
+    return ",".join(out)
 
 
 def _depths(spans: list[Span]) -> list[int]:
@@ -351,9 +399,13 @@ def _num(v: Any) -> Any:
     return int(r) if r.is_integer() and abs(r) < 2**53 else r
 
 
+# One encoder: json.dumps with options builds a new one per call, ~3 us a span.
+_ATTRS_JSON = json.JSONEncoder(default=repr, ensure_ascii=False, sort_keys=True)
+
+
 def _attrs_text(attrs: dict[str, Any]) -> str:
     try:
-        return json.dumps(attrs, default=repr, ensure_ascii=False, sort_keys=True)
+        return _ATTRS_JSON.encode(attrs)
     except (TypeError, ValueError):  # keys json cannot write (tuples, mixed types)
         return repr(attrs)
 
@@ -405,9 +457,11 @@ def _header(t: Timeline, title: str, data: dict[str, Any], notices: list[str]) -
     nw, nj, ns = data["counts"]
     dur = data["end_us"] / 1e6
     end_iso = _iso(data["origin_ns"] + data["end_us"] * 1000)
+    when = f"{_esc(data['start'])} → {_esc(end_iso)} ({_esc(_fmt_s(dur) if dur else '0 s')})"
+    if not (nw or t.marks or t.jobs):
+        when = "an empty timeline: nothing was recorded"
     out = [f"<header><h1>{_esc(title)}</h1>",
-           f"<p class=\"meta\">{_esc(data['start'])} → {_esc(end_iso)} "
-           f"({_esc(_fmt_s(dur) if dur else '0 s')}) · <b>{nw:,}</b> workers · <b>{nj:,}</b> jobs"
+           f"<p class=\"meta\">{when} · <b>{nw:,}</b> workers · <b>{nj:,}</b> jobs"
            f" · <b>{ns:,}</b> spans · {len(t.marks):,} marks · {len(t.samples):,} samples</p>"]
     noted = [(wid, w) for wid, w in sorted(t.workers.items()) if w.notes or w.errors]
     if noted:
@@ -490,7 +544,7 @@ h1{font-size:20px;margin:14px 0 2px}h2{font-size:15px;margin:22px 0 6px}
 .notes,.notices{margin:4px 0;padding-left:20px}.notices li{color:#8a5a00}
 .bad,.bad td{color:#b00020}tr.slow td{background:#fff4e0}
 #stack{position:relative;width:100%;min-width:640px;user-select:none}
-#stack canvas{display:block;width:100%;cursor:crosshair}
+#stack canvas{display:block;cursor:crosshair}
 #stack canvas.plot{margin-top:2px;border-top:1px solid #e3e6eb}
 #cursor{position:absolute;top:0;bottom:0;width:1px;background:rgba(0,0,0,.35);display:none;
 pointer-events:none}
@@ -538,7 +592,13 @@ for (let l = 0; l < NL; l++) laneStart[l + 1] += laneStart[l];
 { const fill = laneStart.slice(0, NL);
   for (let i = 0; i < N; i++) { const l = laneOff[sw[i]] + sd[i]; laneIdx[fill[l]++] = i;
     laneMax[l] = Math.max(laneMax[l], se[i] - ss[i]); } }
-const errOf = new Map(D.errors), attrOf = new Map(D.attrs);
+const errOf = new Map(D.errors), attrOf = new Map();
+{ let i = 0; D.attrs.i.forEach((d, j) => { i += d; attrOf.set(i, D.attrs.texts[D.attrs.x[j]]); }); }
+let avals = null;  // the attribution columns, split on the first hover
+const attrCode = (j, i) => {
+  if (!avals) avals = D.avals.map(col => col.split(","));
+  const s = avals[j][i]; return s === "" || s === undefined ? null : +s;
+};
 const color = D.hues.map(h => "hsl(" + h + ",58%,62%)");
 const jobColor = D.hues.map(h => "hsl(" + h + ",35%,83%)");
 const B = D.bins, NB = B.c.length;
@@ -558,7 +618,7 @@ function fmtDur(us) {
 function fmtBytes(b) {
   const u = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0, x = Math.abs(b);
   while (x >= 1024 && i < u.length - 1) { x /= 1024; i++; }
-  return (b < 0 ? "-" : "") + (i ? x.toPrecision(3) : x.toFixed(0)) + " " + u[i];
+  return (b < 0 ? "-" : "") + (i ? +x.toPrecision(3) : x.toFixed(0)) + " " + u[i];
 }
 function fmtVal(v, unit) {
   if (unit === "%") return +v.toPrecision(3) + " %";
@@ -577,7 +637,7 @@ function niceStep(raw) {
   return p * (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10);
 }
 function niceBytes(raw) {  // 1, 2, 5, 10, ... of the unit fmtBytes will print: 256 MiB, not 268 MB
-  let u = 1; while (raw >= 1024 * u) u *= 1024;
+  let u = 1; while (raw >= 512 * u) u *= 1024;
   return u * niceStep(raw / u);
 }
 function tickLabel(t, step) {
@@ -587,10 +647,10 @@ function tickLabel(t, step) {
 
 // ---- canvases ----
 const canvases = [];
-function setup(el, height) {
-  const dpr = Math.max(1, window.devicePixelRatio || 1), w = Math.max(stack.clientWidth, 640);
+function setup(el, height, w) {
+  const dpr = Math.max(1, window.devicePixelRatio || 1);
   el.width = Math.round(w * dpr); el.height = Math.round(height * dpr);
-  el.style.height = height + "px";
+  el.style.width = w + "px"; el.style.height = height + "px";
   const g = el.getContext("2d"); g.setTransform(dpr, 0, 0, dpr, 0, 0);
   return { el: el, g: g, w: w, h: height, dpr: dpr };
 }
@@ -639,13 +699,15 @@ const bandY = new Float64Array(NW + 1), bandH = new Float64Array(NW), laneY = ne
 const ganttH = Math.max(bandY[NW] + 6, 80);
 let gantt, stats = {};
 
-function drawGantt() {
+function drawGantt(counting) {
   const c = gantt, g = c.g, x0 = LEFT, x1 = c.w - RIGHT;
   g.clearRect(0, 0, c.w, c.h);
   g.save(); g.beginPath(); g.rect(x0, AXIS, x1 - x0, c.h - AXIS); g.clip();
   const k = (x1 - x0) / (v1 - v0), lastBin = new Int32Array(NL).fill(-1), lh = Math.max(laneH - 1, 2);
   let drawn = 0, tiny = 0, bins = 0, inView = 0;
   const labelled = [];
+  let style = "";  // set fillStyle only when it changes: each set is parsed
+  const fill = s => { if (s !== style) { style = s; g.fillStyle = s; } };
   g.font = "10px system-ui,sans-serif"; g.textBaseline = "middle";
   for (let i = 0; i < N; i++) {
     const a = ss[i]; if (a > v1) break;  // spans are sorted by start
@@ -657,14 +719,14 @@ function drawGantt() {
     if (p1 - p0 < 0.5) {
       tiny++;
       const col = Math.floor(Math.max(p0, x0));
-      if (lastBin[l] !== col) { lastBin[l] = col; g.fillStyle = (f & 1) ? "#d00000" : "#4a5568";
+      if (lastBin[l] !== col) { lastBin[l] = col; fill((f & 1) ? "#d00000" : (f & 2) ? jobColor[sn[i]] : color[sn[i]]);
         g.fillRect(col, y, 1, lh); bins++; }
       continue;
     }
     p0 = Math.max(p0, x0 - 2); p1 = Math.min(p1, x1 + 2);
-    g.fillStyle = (f & 2) ? jobColor[sn[i]] : color[sn[i]];
+    fill((f & 2) ? jobColor[sn[i]] : color[sn[i]]);
     g.fillRect(p0, y, p1 - p0, lh);
-    if (f & 8) { g.fillStyle = "rgba(255,255,255,.55)"; for (let x = p0 + 4; x < p1; x += 8) g.fillRect(x, y, 3, lh); }
+    if (f & 8) { fill("rgba(255,255,255,.55)"); for (let x = p0 + 4; x < p1; x += 8) g.fillRect(x, y, 3, lh); }
     if ((f & 1) || (f & 4)) {
       g.strokeStyle = "#d00000"; g.lineWidth = 1.5;
       if (f & 4) g.setLineDash([4, 2]);
@@ -680,6 +742,8 @@ function drawGantt() {
     const l = laneOff[B.w[j]] + B.d[j], p0 = x0 + (a - v0) * k, p1 = x0 + (b - v0) * k;
     g.fillStyle = "#8a94a6"; g.fillRect(p0, laneY[l], Math.max(p1 - p0, 1), lh); drawn++;
   }
+  if (!NW) { g.fillStyle = "#8a94a6"; g.font = "13px system-ui,sans-serif"; g.textAlign = "center";
+    g.fillText("no spans or workers in this timeline", (x0 + x1) / 2, (AXIS + c.h) / 2); drawn = 1; }
   g.fillStyle = "#15181e"; g.textAlign = "left";
   for (const [x, y, text, col, room] of labelled) {
     g.fillStyle = col;
@@ -696,7 +760,7 @@ function drawGantt() {
     if (x >= x0 && x <= x1) { g.fillStyle = "#d00000"; g.fillRect(x - 1, bandY[w], 3, bandH[w]); }
   }
   g.restore();
-  const inked = ink(c, x0, AXIS, x1 - x0, c.h - AXIS);
+  if (counting) c.el.dataset.ink = String(ink(c, x0, AXIS, x1 - x0, c.h - AXIS));
   under(c, g => {
     timeGrid(c, g, AXIS, c.h, null);
     for (let w = 0; w < NW; w++) {
@@ -722,11 +786,8 @@ function drawGantt() {
     if (tag) { const lx = 5 + g.measureText(label).width; g.font = "bold 11px system-ui,sans-serif";
       g.fillStyle = W[w][2] ? "#c00000" : "#b26b00"; g.fillText(tag, lx, cy); }
   }
-  if (!NW) { g.fillStyle = "#555"; g.font = "13px system-ui,sans-serif"; g.textAlign = "center";
-    g.fillText("no spans or workers in this timeline", (x0 + x1) / 2, (AXIS + c.h) / 2); drawn = drawn || 0; }
   stats = { drawn: drawn, tiny: tiny, bins: bins, inView: inView };
   c.el.dataset.drawn = String(drawn + bins);
-  c.el.dataset.ink = String(inked);
 }
 
 // ---- plots ----
@@ -743,7 +804,7 @@ function lastLE(t, x) { let lo = 0, hi = t.length - 1, r = -1;
   while (lo <= hi) { const m = (lo + hi) >> 1; if (t[m] <= x) { r = m; lo = m + 1; } else hi = m - 1; }
   return r; }
 
-function drawPlot(p) {
+function drawPlot(p, counting) {
   const c = p.c, g = c.g, x0 = LEFT, x1 = c.w - RIGHT, y0 = PT, y1 = c.h - PB;
   g.clearRect(0, 0, c.w, c.h);
   let ymax = 0, drawn = 0;
@@ -753,8 +814,7 @@ function drawPlot(p) {
     return [a, b];
   });
   const any = p.series.length > 0 && ranges.some(([a, b], j) => b >= a && p.series[j].t.length);
-  ymax = ymax > 0 ? ymax * 1.05 : 1;
-  if (p.spec.unit === "%" && ymax < 100 && ymax > 60) ymax = 100;
+  if (!(ymax > 0)) ymax = 1;
   const ystep = (p.spec.unit === "%" ? niceStep : niceBytes)(ymax / 3); ymax = Math.ceil(ymax / ystep) * ystep;
   const k = (x1 - x0) / (v1 - v0), ky = (y1 - y0) / ymax;
   g.save(); g.beginPath(); g.rect(x0, y0 - 1, x1 - x0, y1 - y0 + 2); g.clip();
@@ -779,7 +839,7 @@ function drawPlot(p) {
     });
   }
   g.restore();
-  const inked = ink(c, x0, y0, x1 - x0, y1 - y0);
+  if (counting) c.el.dataset.ink = String(ink(c, x0, y0, x1 - x0, y1 - y0));
   under(c, g => {
     timeGrid(c, g, y0, y1, null);
     g.fillStyle = "#e6e9ee"; if (any) for (let v = 0; v <= ymax + 1e-9; v += ystep) g.fillRect(x0, Math.round(y1 - v * ky), x1 - x0, 1);
@@ -801,28 +861,39 @@ function drawPlot(p) {
   if (shown < p.series.length) { g.fillStyle = "#666"; g.fillText("+" + (p.series.length - shown) + " more (hover)", 6, y0 + 24 + shown * 13); }
   if (p.spec.note) { g.fillStyle = "#8a5a00"; g.textAlign = "right"; g.fillText(p.spec.note, x1 - 2, y0 + 6); }
   c.el.dataset.drawn = String(drawn);
-  c.el.dataset.ink = String(inked);
 }
 
 // ---- drawing everything ----
 const note = document.getElementById("gantt-note");
-function drawAll() {
+// counting: also count each canvas's inked pixels (data-ink), which costs as much as drawing;
+// while zooming and panning that waits until the view has been still for a moment.
+function drawAll(counting) {
   const t0 = performance.now();
-  for (const [name, fn] of [["gantt", drawGantt], ...plots.map(p => [p.spec.id, () => drawPlot(p)])]) {
-    try { fn(); } catch (e) { report(name + ": " + (e && e.stack || e)); }
+  for (const [name, fn] of [["gantt", drawGantt], ...plots.map(p => [p.spec.id, c => drawPlot(p, c)])]) {
+    try { fn(counting); } catch (e) { report(name + ": " + (e && e.stack || e)); }
   }
   const step = niceStep(Math.max(v1 - v0, 1) / 10);
   let s = "Showing " + tickLabel(Math.max(v0, 0), step) + " – " + tickLabel(Math.min(v1, D.end_us), step) + " of " + fmtDur(D.end_us) + ". " +
     stats.inView.toLocaleString() + " of " + N.toLocaleString() + " spans in view: " + stats.drawn.toLocaleString() + " drawn";
   if (stats.tiny) s += "; " + stats.tiny.toLocaleString() + " narrower than ½ px drawn as " + stats.bins.toLocaleString() + " 1-px bins (zoom in to separate them)";
   if (D.binned) s += "; " + D.binned.toLocaleString() + " more spans summarised as " + NB.toLocaleString() + " grey bins";
+  if (!N && !NB) s = "No spans in this timeline";
   note.textContent = s + ". (" + Math.round(performance.now() - t0) + " ms)";
 }
-let pending = false;
-function redraw() { if (!pending) { pending = true; requestAnimationFrame(() => { pending = false; drawAll(); }); } }
+let pending = false, settle = 0;
+function redraw() {
+  if (!pending) { pending = true; requestAnimationFrame(() => { pending = false; drawAll(false); }); }
+  clearTimeout(settle); settle = setTimeout(() => drawAll(true), 400);
+}
 function layout() {
-  gantt = setup(document.getElementById("gantt"), ganttH);
-  for (const p of plots) p.c = setup(document.getElementById(p.spec.id), PH);
+  // One width for every canvas, or the time axes would not line up. Sizing the canvases can
+  // make the page tall enough to grow a scrollbar, which narrows it: then size them again.
+  for (let pass = 0; pass < 2; pass++) {
+    const w = Math.max(stack.clientWidth, 640);
+    gantt = setup(document.getElementById("gantt"), ganttH, w);
+    for (const p of plots) p.c = setup(document.getElementById(p.spec.id), PH, w);
+    if (Math.max(stack.clientWidth, 640) === w) break;
+  }
 }
 
 // ---- hover ----
@@ -875,8 +946,12 @@ function ganttHover(ev, c, x, y) {
     if (f & 4) line(el, "killed: the worker died during this job", "e");
     if (attrOf.has(i)) line(el, "attrs: " + attrOf.get(i), "k");
     const parts = [];
-    D.akeys.forEach((k, j) => { const v = D.avals[j][i]; if (v !== null && v !== undefined) parts.push(k + " " + fmtAttr(k, v)); });
-    if (parts.length) line(el, "estimated: " + parts.join(" · "));
+    D.akeys.forEach((k, j) => {
+      const c = attrCode(j, i), sc = D.ascale[j]; if (c === null) return;
+      if (sc === "wall") parts.push(k + " ≈ " + fmtDur(c / 100 * (se[i] - ss[i])) + " (" + c + " % of one core)");
+      else parts.push(k + " ≈ " + fmtAttr(k, sc === null ? c : c * sc));
+    });
+    if (parts.length) { line(el, "estimated from the samples around it:", "k"); for (const p of parts) line(el, "  " + p); }
     if (near > 1) line(el, (near - 1) + " more span(s) under the cursor in this lane; zoom in", "k");
   });
 }
@@ -923,12 +998,12 @@ window.addEventListener("mousemove", ev => {
 });
 window.addEventListener("mouseup", () => { drag = null; });
 let resizeTimer = 0;
-window.addEventListener("resize", () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(() => { layout(); drawAll(); }, 100); });
+window.addEventListener("resize", () => { clearTimeout(resizeTimer); resizeTimer = setTimeout(() => { layout(); drawAll(true); }, 100); });
 
 layout();
 attach(gantt.el, "gantt");
 for (const p of plots) attach(p.c.el, p);
-drawAll();  // synchronously: the page is complete when this script ends
+drawAll(true);  // synchronously: the page is complete when this script ends
 body.dataset.ready = "1";
 })();
 """

@@ -337,7 +337,7 @@ class Sidecar:
         body["sent"] = self.outbox.sent + 1
         body["dropped"] = self.outbox.dropped
         self.emit(protocol.BYE, body, jobs=[])
-        self.outbox.wait_ack(self.seq, self.bye_timeout)
+        self.outbox.wait_ack(self.seq, self.bye_timeout, on_other=self.on_driver)
         self.outbox.close()
         return 0
 

@@ -8,6 +8,7 @@ frames arrived before it closes (libzmq #4660 loses them otherwise over ipc://).
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import zmq
 
@@ -59,8 +60,10 @@ class Outbox:
             except ProtocolError:
                 continue  # not from a driver we understand: nothing to answer
 
-    def wait_ack(self, seq: int, timeout: float) -> bool:
-        """Wait for the driver to acknowledge frame `seq` (the bye). False on timeout."""
+    def wait_ack(self, seq: int, timeout: float,
+                 on_other: Callable[[list[protocol.Frame]], None] | None = None) -> bool:
+        """Wait for the driver to acknowledge frame `seq` (the bye). False on timeout.
+        Anything else the driver sends meanwhile (a ping) goes to on_other."""
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -72,6 +75,8 @@ class Outbox:
                 continue  # not an ack we can read; keep waiting for the real one
             if frame.kind == protocol.ACK and frame.body.get("seq") == seq:
                 return True
+            if on_other is not None:
+                on_other([frame])
 
     def close(self) -> None:
         # Called after the bye was acknowledged (nothing left to deliver) or after bye_timeout

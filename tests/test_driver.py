@@ -1,0 +1,202 @@
+"""The driver at scale: many jobs, slow reading, late joiners, stale and dead workers, clock
+offsets between hosts, the async iterator."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+from conftest import python_script
+from jobs import job
+
+from workerscope import Subscriber, monitor, profiled, protocol
+from workerscope.sidecar import launcher
+
+TESTS = os.path.dirname(__file__)
+
+
+def test_64_jobs_over_4_workers(clean_env):
+    """64 heavy jobs across a pool of 4 into one Subscriber: all end, nothing lost, all spans."""
+    with Subscriber() as sub:
+        wrapped = profiled(job, mode="heavy", interval=0.05, endpoint=sub.endpoint)
+        ctx = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(4, mp_context=ctx) as pool:
+            results = list(pool.map(wrapped, range(64)))
+        assert sub.wait(jobs=64, byes=4, timeout=60)
+        t = sub.timeline()
+    assert [r["n"] for r in results] == list(range(64))
+    assert len(t.workers) == 4 and all(w.lost == 0 for w in t.workers.values())
+    assert sum(s.name == "crunch" for s in t.spans) == 64
+    assert sum(s.name == "load_rows" for s in t.spans) == 64
+    assert len(t.jobs) == 64 and all(j.status == "ok" for j in t.jobs)
+
+
+def _slow(frame):
+    time.sleep(0.2)  # a driver that cannot keep up: 5 frames a second
+
+
+def test_slow_driver_drops_and_counts_instead_of_blocking(clean_env):
+    """With a driver reading slowly and small queues, the job runs on unblocked, and what could
+    not be queued is dropped and counted: by the sidecar (dropped) and by the driver (lost)."""
+    clean_env.setenv("WORKERSCOPE_SEND_QUEUE", "10")
+    with Subscriber("ipc://", on_frame=_slow, receive_queue=10) as sub:
+        t0 = time.monotonic()
+        with monitor(interval=0.01, endpoint=sub.endpoint):  # ~100 frames a second
+            results = [job(i) for i in range(100)]  # ~5 s of work
+        elapsed = time.monotonic() - t0
+        assert [r["n"] for r in results] == list(range(100))
+        assert elapsed < 30, f"the job was held back by the slow driver ({elapsed:.1f} s)"
+        sub.on_frame = None  # the driver catches up
+        assert _eventually(lambda: sum(sub.dropped.values()) > 0), "no heartbeat told of drops"
+        launcher.close_all(wait=True)
+        wid = next(iter(sub.received))
+        dropped, lost, received = sub.dropped[wid], sub.lost[wid], sub.received[wid]
+    assert dropped > 100 and lost >= dropped, (dropped, lost)
+    assert received < 300, "the queues were bounded: most frames never waited anywhere"
+
+
+def test_late_driver_gets_every_frame(clean_env, tmp_path):
+    """A worker that starts before the driver binds loses nothing: its frames wait in its
+    sidecar's queue until the driver is there."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"tcp://127.0.0.1:{port}"
+    worker = subprocess.Popen(python_script(f"""
+        import sys; sys.path.insert(0, {TESTS!r})
+        from jobs import job
+        from workerscope import profiled
+        wrapped = profiled(job, mode="heavy", interval=0.05, endpoint={endpoint!r})
+        print([wrapped(i)["n"] for i in range(3)], flush=True)
+        sys.stdin.read()
+    """), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline().strip() == "[0, 1, 2]"  # all done, no driver yet
+        with Subscriber(endpoint) as sub:
+            assert sub.wait(jobs=3, timeout=30)
+            worker.stdin.close()
+            assert sub.wait(byes=1, timeout=30)
+            t = sub.timeline()
+    finally:
+        worker.kill()
+        worker.wait()
+    (w,) = t.workers.values()
+    assert w.lost == 0 and w.pid == worker.pid and w.host
+    assert sum(s.name == "crunch" for s in t.spans) == 3
+
+
+def test_stale_then_alive_then_dead(clean_env):
+    """A silent sidecar shows as stale, comes back to running, and a worker killed with its
+    sidecar (no bye) shows as dead."""
+    with Subscriber(stale_after=1.5) as sub:
+        worker = subprocess.Popen(python_script(f"""
+            import os, sys; sys.path.insert(0, {TESTS!r})
+            from jobs import job
+            from workerscope import monitor
+            from workerscope.sidecar import launcher
+            with monitor(interval=0.5, endpoint={sub.endpoint!r}):
+                job(1)
+            print(next(iter(launcher._links.values())).proc.pid, flush=True)
+            sys.stdin.read()
+        """), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        sidecar = int(worker.stdout.readline())
+        try:
+            assert sub.wait(jobs=1, timeout=30)
+            (wid,) = sub.states()
+            assert sub.states()[wid] == "running"
+            os.kill(sidecar, signal.SIGSTOP)
+            deadline = time.monotonic() + 20
+            while sub.states()[wid] != "stale" and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert sub.states()[wid] == "stale"
+            os.kill(sidecar, signal.SIGCONT)
+            assert sub.wait(timeout=10) and _eventually(lambda: sub.states()[wid] == "running")
+            os.kill(sidecar, signal.SIGKILL)
+            worker.kill()
+            worker.wait()
+            assert _eventually(lambda: not psutil.pid_exists(sidecar))
+            assert sub.states()[wid] == "dead"
+            assert sub.timeline().workers[wid].status == "dead"
+        finally:
+            worker.kill()
+            worker.wait()
+
+
+def _eventually(check, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
+
+
+WORKER_WITH_CLOCK = """
+import json, sys, time
+sys.path.insert(0, {tests!r})
+from workerscope import profiled
+
+def stamped(x):
+    return time.time_ns()   # the true wall time, inside the job
+
+wrapped = profiled(stamped, mode="heavy", interval=0.1, endpoint={endpoint!r})
+print(json.dumps([wrapped(i) for i in range(3)]), flush=True)
+"""
+
+
+def test_clock_offset_of_another_host_is_corrected(clean_env):
+    """A worker whose clock runs 250 ms ahead is put back on the driver's clock within 5 ms."""
+    with Subscriber() as sub:
+        code = WORKER_WITH_CLOCK.format(tests=TESTS, endpoint=sub.endpoint)
+        skewed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                timeout=60, env={**os.environ,
+                                                 "WORKERSCOPE_TEST_CLOCK_SKEW_NS": "250000000"})
+        plain = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               timeout=60)
+        assert skewed.returncode == 0 and plain.returncode == 0, skewed.stderr + plain.stderr
+        assert sub.wait(jobs=6, byes=2, timeout=30)
+        t = sub.timeline()
+        offsets = sub.clock_offsets()
+    truth = {"skewed": json.loads(skewed.stdout), "plain": json.loads(plain.stdout)}
+    by_pid = {w.pid: w for w in t.workers.values()}
+    assert len(by_pid) == 2
+    for w in by_pid.values():
+        jobs = sorted((j for j in t.jobs if j.worker == w.id), key=lambda j: j.start_ns)
+        stamps = truth["skewed" if w.boot_id.endswith("-skewed") else "plain"]
+        for j, stamp in zip(jobs, stamps):
+            assert j.start_ns <= stamp + 5_000_000 and stamp - j.start_ns < 5_000_000, (
+                w.boot_id, (stamp - j.start_ns) / 1e6)
+    skewed_w = next(w for w in by_pid.values() if w.boot_id.endswith("-skewed"))
+    assert abs(offsets[skewed_w.id][0] - 250_000_000) < 5_000_000
+
+
+def test_async_iterator_follows_frames(clean_env):
+    """`async for frame in sub.frames()` sees a job's frames, in order, live."""
+    async def follow(sub):
+        kinds = []
+        async for frame in sub.frames():
+            kinds.append(frame.kind)
+            if frame.kind == protocol.JOB_END:
+                return kinds
+        return kinds
+
+    async def main(sub):
+        task = asyncio.create_task(follow(sub))
+        await asyncio.sleep(0.1)
+        wrapped = profiled(job, mode="heavy", interval=0.05, endpoint=sub.endpoint)
+        await asyncio.get_running_loop().run_in_executor(None, wrapped, 2)
+        return await asyncio.wait_for(task, 30)
+
+    with Subscriber() as sub:
+        kinds = asyncio.run(main(sub))
+    assert kinds[0] == "hello" and "job_start" in kinds and "sample" in kinds
+    assert kinds[-1] == "job_end" and kinds.index("job_start") < kinds.index("sample")
