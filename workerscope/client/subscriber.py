@@ -82,6 +82,7 @@ class Subscriber:
         self._clocks: dict[str, _Clock] = {}
         self._pings: dict[int, tuple[str, bytes, int]] = {}
         self._ping_ids = 0
+        self._pending_ack: dict[str, tuple[bytes, int]] = {}
         self._boot = _boot_id()
         self._host = socket.gethostname()
         self._builder = TimelineBuilder()
@@ -265,11 +266,21 @@ class Subscriber:
             elif frame.kind == protocol.PONG:
                 self._on_pong(frame)
             self._cond.notify_all()
+        wid = frame.worker
         if frame.kind == protocol.BYE:
-            self._send(sock, identity, protocol.ACK, {"seq": frame.seq})
+            if self._wants_ping(wid):
+                # A short-lived worker: finish its clock estimate first (the sidecar answers
+                # pings while it waits for this ack), then let it go.
+                self._pending_ack[wid] = (identity, frame.seq)
+                self._ping(sock, identity, wid)
+            else:
+                self._send(sock, identity, protocol.ACK, {"seq": frame.seq})
         elif frame.kind in (protocol.HELLO, protocol.HEARTBEAT) or (
-                frame.kind == protocol.PONG and self._wants_ping(frame.worker)):
-            self._ping(sock, identity, frame.worker)
+                frame.kind == protocol.PONG and self._wants_ping(wid)):
+            self._ping(sock, identity, wid)
+        elif frame.kind == protocol.PONG and wid in self._pending_ack:
+            ack_to, seq = self._pending_ack.pop(wid)
+            self._send(sock, ack_to, protocol.ACK, {"seq": seq})
         self._deliver(frame)
 
     def _deliver(self, frame: protocol.Frame) -> None:
@@ -303,8 +314,10 @@ class Subscriber:
         return w is not None and self._local(w)
 
     def _wants_ping(self, wid: str) -> bool:
+        if self._same_clock(wid):
+            return False
         clock = self._clocks.get(wid)
-        return clock is not None and clock.samples < PINGS_AT_HELLO
+        return clock is None or clock.samples < PINGS_AT_HELLO
 
     def _ping(self, sock: zmq.Socket, identity: bytes, wid: str) -> None:
         if self._same_clock(wid):

@@ -1,0 +1,306 @@
+"""The HTML report: one self-contained page, checked in a real headless Chromium."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import time
+from html.parser import HTMLParser
+
+import pytest
+
+from workerscope import monitor, timed
+from workerscope.export import html as html_export
+from workerscope.export.html import to_html
+from workerscope.timeline import Job, Sample, Span, Timeline, Worker
+
+PLOTS = ("plot-cpu", "plot-mem", "plot-io", "plot-net", "plot-gpu", "plot-gpumem")
+NASTY = "</script><script>alert(1)</script>"
+
+
+# -- a synthetic timeline -----------------------------------------------------------------------
+def synthetic(workers: int = 16, spans: int = 50_000, seconds: float = 20.0,
+              interval: float = 0.1, seed: int = 1) -> Timeline:
+    """`workers` workers with two jobs each, about `spans` spans in all, nested 4 deep
+    (job > step > load/compute/save > kernel), every 97th span failing, worker 3 killed
+    halfway through its second job, and proc/tree/host/gpu0 samples every `interval` s."""
+    rnd = random.Random(seed)
+    origin = 1_700_000_000 * 10**9
+    t = Timeline()
+    per_job = max(spans // (workers * 2), 6)
+    killed = 3 if workers > 3 else None
+    count = 0
+    for w in range(workers):
+        wid, pid = f"host{w // 8}:{1000 + w}", 1000 + w
+        t.workers[wid] = Worker(wid, host=f"host{w // 8}", pid=pid, interval=interval,
+                                status="killed" if w == killed else "exited",
+                                notes=["gpu0: power_w not supported"] if w == 0 else [])
+        slot = seconds / 2 * (1.0 if w == workers - 1 else 0.6)  # the last one straggles
+        job_ns = int(slot * 1e9 * 0.95)
+        ids = iter(range(1, 10**9))
+        died_at = None
+        for j in range(2):
+            jid = next(ids)
+            j0 = origin + j * int(slot * 1e9) + rnd.randrange(10**7)
+            steps = max((per_job - 1) // 5, 1)
+            step_ns = job_ns // steps
+            end = j0 + steps * step_ns
+            status = "ok"
+            if w == killed and j == 1:
+                end, status = j0 + job_ns // 2, "killed"
+                died_at = end
+            t.jobs.append(Job(wid, jid, "train", j0, end, status, None, pid, pid))
+            t.spans.append(Span(wid, jid, jid, None, "train", j0, end, pid, pid,
+                                {"status": status}, None if status == "ok" else status, "job"))
+            count += 1
+            for k in range(steps):
+                s0 = j0 + k * step_ns
+                if s0 + step_ns > end:
+                    break
+                sid = next(ids)
+                t.spans.append(Span(wid, jid, sid, jid, "step", s0, s0 + step_ns - 1000, pid,
+                                    pid, {"step": k}))
+                parts = (("load", 0.2), ("compute", 0.6), ("save", 0.15))
+                c0 = s0
+                for name, share in parts:
+                    cid = next(ids)
+                    c1 = c0 + int(step_ns * share)
+                    count += 1
+                    err = "ValueError: bad batch" if count % 97 == 0 else None
+                    t.spans.append(Span(wid, jid, cid, sid, name, c0, c1, pid, pid, None, err))
+                    if name == "compute":
+                        t.spans.append(Span(wid, jid, next(ids), cid, "kernel", c0 + 1000,
+                                            c1 - 1000, pid, pid + 1, {"grid": [64, 1]}))
+                    c0 = c1
+                count += 2
+        stop = died_at or origin + int(seconds * 1e9)
+        rss = read = net = 0.0
+        cpu_s = 0.0
+        n = 0
+        while origin + int(n * interval * 1e9) <= stop:
+            ts = origin + int(n * interval * 1e9)
+            cpu = rnd.uniform(50, 100)
+            cpu_s += cpu / 100 * interval
+            rss = max(rss + rnd.uniform(-5e6, 6e6), 5e7)
+            read += rnd.uniform(0, 2e6)
+            net += rnd.uniform(0, 1e5)
+            t.samples.append(Sample(wid, ts, "tree", pid, {
+                "cpu_percent": cpu, "cpu_user_s": cpu_s, "cpu_system_s": 0.0, "rss_bytes": rss,
+                "read_bytes": read, "write_bytes": read / 2}))
+            t.samples.append(Sample(wid, ts, "proc", pid, {
+                "cpu_user_s": cpu_s, "cpu_system_s": 0.0, "rss_bytes": rss,
+                "peak_rss_bytes": rss * 1.1, "read_bytes": read, "write_bytes": read / 2}))
+            t.samples.append(Sample(wid, ts, "host", None, {
+                "cpu_percent": cpu / 4, "net_sent_bytes": net, "net_recv_bytes": 2 * net}))
+            t.samples.append(Sample(wid, ts, "gpu0", None, {
+                "util_percent": rnd.uniform(0, 100), "mem_used_bytes": 4e9 + w * 1e8}))
+            n += 1
+    t.sort()
+    return t
+
+
+# -- the browser --------------------------------------------------------------------------------
+class _Dom(HTMLParser):
+    """The attributes of <body> and of each <canvas id=...> in a dumped DOM."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tags: dict[str, dict[str, str | None]] = {}
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "body":
+            self.tags["body"] = a
+        elif tag == "canvas" and a.get("id"):
+            self.tags[str(a["id"])] = a
+
+
+def chromium(url_path, tmp_path, *extra: str) -> str:
+    """Run headless Chromium on a file (60 s at most); returns what it printed."""
+    exe = shutil.which("chromium")
+    if exe is None:
+        pytest.skip("Debian's `chromium` is not installed (apt-get install -y chromium): the "
+                    "HTML report can only be checked in a real browser")
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+           "--no-first-run", "--disable-background-networking", "--disable-component-update",
+           "--disable-sync", f"--user-data-dir={tmp_path / 'chromium-profile'}",
+           "--virtual-time-budget=10000", *extra, url_path.as_uri()]
+    # A session of its own: on a timeout the whole browser (zygote, renderers) is killed.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("chromium did not finish in 60 s")
+    assert proc.returncode == 0, err[-2000:]
+    return out
+
+
+def render(t: Timeline, tmp_path, name: str = "report.html", **kw) -> tuple[str, dict]:
+    """Write the report of `t`, load it in Chromium; returns the HTML and the DOM's tags."""
+    page = to_html(t, **kw)
+    path = tmp_path / name
+    path.write_text(page, encoding="utf-8")
+    dom = _Dom(chromium(path, tmp_path, "--dump-dom")).tags
+    assert dom["body"].get("data-errors") is None, dom["body"]["data-errors"]
+    assert dom["body"].get("data-ready") == "1", "the page did not finish drawing"
+    return page, dom
+
+
+def drawn(dom: dict, cid: str) -> tuple[int, int]:
+    tag = dom[cid]
+    return int(tag.get("data-drawn") or 0), int(tag.get("data-ink") or 0)
+
+
+@pytest.fixture(scope="module")
+def big() -> Timeline:
+    return synthetic()
+
+
+# -- tests --------------------------------------------------------------------------------------
+def test_big_synthetic_timeline_draws_everything(big, tmp_path):
+    """16 workers and 50k nested spans: the page is ready, error-free, and every canvas is inked."""
+    assert len(big.spans) >= 45_000
+    _, dom = render(big, tmp_path)
+    for cid in ("gantt", *PLOTS):
+        n, ink = drawn(dom, cid)
+        assert n > 0 and ink > 0, (cid, dom[cid])
+
+
+def test_big_report_is_compact_and_flags_workers(big):
+    """Spans take ~50 bytes each; the killed worker, the straggler and worker notes are shown."""
+    page = to_html(big)
+    blob = re.search(r'<script type="application/json" id="ws-data">(.*?)</script>', page, re.S)
+    data = json.loads(blob.group(1))
+    span_part = len(json.dumps([data["spans"], data["avals"], data["errors"], data["attrs"]],
+                               separators=(",", ":")))
+    assert span_part / len(big.spans) < 55, span_part / len(big.spans)
+    killed = [w for w in data["workers"] if w[2]]
+    assert [w[0] for w in killed] == ["host0:1003"]
+    assert [w[0] for w in data["workers"] if w[3]] == ["host1:1015"]
+    assert "gpu0: power_w not supported" in page and "⚠ straggler" in page
+
+
+def test_page_is_self_contained_and_survives_hostile_names(tmp_path):
+    """No URL the page would load; a span, attr, note and title of `</script>...` break nothing."""
+    t = synthetic(workers=3, spans=300)
+    w = next(iter(t.workers.values()))
+    w.notes.append(NASTY)
+    victim = t.spans[5]
+    t.spans[5] = Span(victim.worker, victim.job, victim.id, victim.parent, NASTY,
+                      victim.start_ns, victim.end_ns, victim.pid, victim.tid, {NASTY: NASTY},
+                      NASTY)
+    page, dom = render(t, tmp_path, title=NASTY)
+    assert not re.search(r"https?://", page)
+    assert not re.search(r"<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=", page, re.I)
+    assert "@import" not in page and "url(" not in page
+    assert NASTY not in page and "&lt;/script&gt;&lt;script&gt;alert(1)" in page
+    assert drawn(dom, "gantt")[0] > 0
+
+
+# Run after the report's own script: zoom with the wheel, hover a span and a plot, and leave
+# what the page showed in body[data-*] for the test to read.
+_INTERACT = """<script>
+setTimeout(() => {
+  const b = document.body, g = document.getElementById("gantt"), r = g.getBoundingClientRect();
+  const cpu = document.getElementById("plot-cpu");
+  b.dataset.before = cpu.dataset.drawn;
+  const x = r.left + r.width * 0.25, y = r.top + 50;  // worker 0, lane 1, ~2 s
+  for (let k = 0; k < 6; k++) g.dispatchEvent(new WheelEvent("wheel",
+    {clientX: x, clientY: y, deltaY: -400, bubbles: true, cancelable: true}));
+  setTimeout(() => {
+    b.dataset.after = cpu.dataset.drawn;
+    b.dataset.note = document.getElementById("gantt-note").textContent;
+    g.dispatchEvent(new MouseEvent("mousemove", {clientX: x, clientY: y, bubbles: true}));
+    b.dataset.tip = document.getElementById("tip").textContent;
+    const p = cpu.getBoundingClientRect();
+    cpu.dispatchEvent(new MouseEvent("mousemove",
+      {clientX: x, clientY: p.top + 40, bubbles: true}));
+    b.dataset.plottip = document.getElementById("tip").textContent;
+    b.dataset.done = "1";
+  }, 500);
+}, 100);
+</script></body></html>"""
+
+
+def test_wheel_zooms_every_canvas_and_hover_explains_a_span(tmp_path):
+    """A wheel over the Gantt zooms the plots too; hovering shows a span's attribution."""
+    page = to_html(synthetic(workers=4, spans=2_000))
+    path = tmp_path / "zoom.html"
+    path.write_text(page.replace("</body></html>", _INTERACT), encoding="utf-8")
+    body = _Dom(chromium(path, tmp_path, "--dump-dom", "--window-size=1400,1400")).tags["body"]
+    assert body.get("data-errors") is None, body["data-errors"]
+    assert body.get("data-done") == "1"
+    assert int(body["data-after"]) < int(body["data-before"]), "the CPU plot did not zoom"
+    assert re.match(r"Showing [\d.]+ s – [\d.]+ s of 20 s", body["data-note"])
+    assert "worker host0:1000" in body["data-tip"] and "cpu_s ≈" in body["data-tip"]
+    assert "CPU (tree) at +" in body["data-plottip"] and "%" in body["data-plottip"]
+
+
+def test_spans_past_the_limit_are_binned_and_said_so(tmp_path, monkeypatch):
+    """Past MAX_SPANS the shortest spans become bins, the page says how many, and it still draws."""
+    monkeypatch.setattr(html_export, "MAX_SPANS", 500)
+    t = synthetic(workers=2, spans=2_000)
+    page, dom = render(t, tmp_path)
+    assert re.search(r"the other [\d,]+ \(each .* or shorter\) are drawn as [\d,]+ grey bins", page)
+    assert drawn(dom, "gantt")[0] > 0
+
+
+def test_to_html_leaves_the_timeline_alone():
+    """to_html is pure: the timeline is left unchanged and the same input gives the same page."""
+    t = synthetic(workers=2, spans=200)
+    before = copy.deepcopy(t)
+    assert to_html(t) == to_html(t)
+    assert t == before
+
+
+def test_empty_and_damaged_timelines_render(tmp_path):
+    """Empty and damaged timelines (unknown worker, parent cycle, NaN, open job) render."""
+    page, dom = render(Timeline(), tmp_path, name="empty.html")
+    assert "empty timeline" in page and drawn(dom, "gantt") > (0, 0)
+    o = 10**18
+    t = Timeline(workers={"a": Worker("a", host="h", pid=1, status="sidecar_lost")})
+    t.jobs.append(Job("a", 1, "j", o, None, "running", None, 1, 1))
+    t.spans += [Span("a", 1, 1, None, "j", o, o, 1, 1, {"status": "running"}, None, "job"),
+                Span("ghost", None, 5, None, "orphan", o, o + 10**6, 7, 7, {(1, 2): math.nan},
+                     "boom"),
+                Span("a", 1, 9, 8, "cycle", o + 10, o + 10**6, 1, 1),
+                Span("a", 1, 8, 9, "cycle", o + 10, o + 10**6, 1, 1)]
+    for i in range(20):
+        t.samples.append(Sample("a", o + i * 10**8, "tree", 1, {
+            "cpu_percent": math.inf if i == 3 else 50.0, "rss_bytes": math.nan if i == 4 else 1e6,
+            "read_bytes": 100.0 * i, "write_bytes": 0}))
+    page, dom = render(t, tmp_path, name="odd.html")
+    assert "sidecar_lost" in page
+    for cid in ("gantt", *PLOTS):
+        assert drawn(dom, cid)[0] > 0, cid
+
+
+@timed
+def _squares(n: int) -> int:
+    return sum(i * i for i in range(n))
+
+
+def test_report_of_a_real_monitored_job(tmp_path, clean_env):
+    """A real monitor() job with @timed calls renders; plots without data draw a message."""
+    with monitor(interval=0.05) as m:
+        end = time.perf_counter() + 0.4
+        while time.perf_counter() < end:
+            _squares(20_000)
+    t = m.timeline
+    assert any(s.name.endswith("_squares") for s in t.spans)
+    _, dom = render(t, tmp_path)
+    assert drawn(dom, "gantt")[0] > 0 and drawn(dom, "gantt")[1] > 0
+    assert drawn(dom, "plot-cpu")[0] > 1
+    for cid in PLOTS:
+        assert drawn(dom, cid)[0] >= 1 and drawn(dom, cid)[1] > 0, cid
