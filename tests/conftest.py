@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -73,6 +74,7 @@ def no_leaks():
     launcher.close_all(wait=True)
     light._close_senders()
     assert not orphans, f"sidecars left running that no link owns: {orphans}"
+    gc.collect()  # pools and the like close their pipes when collected
     leaked = {}
     for fd in _fds() - fds:
         try:

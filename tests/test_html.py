@@ -146,32 +146,41 @@ def chromium(url_path, tmp_path, *extra: str) -> str:
     return out
 
 
-def render(t: Timeline, tmp_path, name: str = "report.html", **kw) -> tuple[str, dict]:
-    """Write the report of `t`, load it in Chromium; returns the HTML and the DOM's tags."""
-    page = to_html(t, **kw)
+def open_page(page: str, tmp_path, name: str = "report.html") -> dict:
+    """Load a page in Chromium; the DOM's tags, once it is ready and free of script errors."""
     path = tmp_path / name
     path.write_text(page, encoding="utf-8")
     dom = _Dom(chromium(path, tmp_path, "--dump-dom")).tags
     assert dom["body"].get("data-errors") is None, dom["body"]["data-errors"]
     assert dom["body"].get("data-ready") == "1", "the page did not finish drawing"
-    return page, dom
+    return dom
+
+
+def render(t: Timeline, tmp_path, name: str = "report.html", **kw) -> tuple[str, dict]:
+    """The report of `t`, and its DOM's tags once loaded in Chromium."""
+    page = to_html(t, **kw)
+    return page, open_page(page, tmp_path, name)
 
 
 def drawn(dom: dict, cid: str) -> tuple[int, int]:
+    """(data-drawn, data-ink) of a canvas."""
     tag = dom[cid]
     return int(tag.get("data-drawn") or 0), int(tag.get("data-ink") or 0)
 
 
 @pytest.fixture(scope="module")
-def big() -> Timeline:
-    return synthetic()
+def big() -> tuple[Timeline, str]:
+    """The 16-worker, 50k-span synthetic timeline and its report."""
+    t = synthetic()
+    return t, to_html(t)
 
 
 # -- tests --------------------------------------------------------------------------------------
 def test_big_synthetic_timeline_draws_everything(big, tmp_path):
     """16 workers and 50k nested spans: the page is ready, error-free, and every canvas is inked."""
-    assert len(big.spans) >= 45_000
-    _, dom = render(big, tmp_path)
+    t, page = big
+    assert len(t.spans) >= 45_000
+    dom = open_page(page, tmp_path)
     for cid in ("gantt", *PLOTS):
         n, ink = drawn(dom, cid)
         assert n > 0 and ink > 0, (cid, dom[cid])
@@ -179,12 +188,12 @@ def test_big_synthetic_timeline_draws_everything(big, tmp_path):
 
 def test_big_report_is_compact_and_flags_workers(big):
     """Spans take ~50 bytes each; the killed worker, the straggler and worker notes are shown."""
-    page = to_html(big)
+    t, page = big
     blob = re.search(r'<script type="application/json" id="ws-data">(.*?)</script>', page, re.S)
     data = json.loads(blob.group(1))
     span_part = len(json.dumps([data["spans"], data["avals"], data["errors"], data["attrs"]],
                                separators=(",", ":")))
-    assert span_part / len(big.spans) < 55, span_part / len(big.spans)
+    assert span_part / len(t.spans) < 55, span_part / len(t.spans)
     killed = [w for w in data["workers"] if w[2]]
     assert [w[0] for w in killed] == ["host0:1003"]
     assert [w[0] for w in data["workers"] if w[3]] == ["host1:1015"]

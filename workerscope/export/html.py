@@ -80,7 +80,8 @@ def _payload(t: Timeline, attribution: dict, wtable: list[dict[str, Any]]
     times += [j.start_ns for j in t.jobs] + [j.end_ns for j in t.jobs if j.end_ns is not None]
     origin, end = (min(times), max(times)) if times else (0, 0)
 
-    order = sorted(set(t.workers) | {s.worker for s in spans} | {s.worker for s in t.samples})
+    order = sorted(set(t.workers) | {s.worker for s in spans} | {s.worker for s in t.samples}
+                   | {m.worker for m in t.marks})
     widx = {w: i for i, w in enumerate(order)}
     straggler = {r["worker"]: r["straggler"] for r in wtable}
     killed_jobs = {j.worker for j in t.jobs if j.status == "killed"}
@@ -174,8 +175,8 @@ def _payload(t: Timeline, attribution: dict, wtable: list[dict[str, Any]]
         "spans": cols, "errors": errors, "attrs": attrs,
         "akeys": akeys, "ascale": ascale, "avals": avals,
         "bins": bins, "binned": len(binned),
-        "marks": [[widx.get(m.worker, 0), _us(m.t_ns, origin), names[m.name]]
-                  for m in sorted(t.marks, key=lambda m: m.t_ns) if m.worker in widx],
+        "marks": [[widx[m.worker], _us(m.t_ns, origin), names[m.name]]
+                  for m in sorted(t.marks, key=lambda m: m.t_ns)],
         "plots": plots, "counts": [len(order), len(t.jobs), len(spans)],
     }
     return data, notices
@@ -330,9 +331,10 @@ def _plots(t: Timeline, origin: int, order: list[str]) -> tuple[list[dict[str, A
         if kept < total:
             note = f"{total:,} points drawn as {kept:,} (min/max per bin)"
             notes.append(f"{title}: {note}.")
-        empty = f"no data: no {scope}{'<i>' if scope == 'gpu' else ''}.{'+'.join(metrics)} samples"
+        what = f"{scope}{'<i>' if scope == 'gpu' else ''}.{'+'.join(metrics)}"
+        empty = f"no data: no {what} samples" + (" (a rate needs two)" if rate else "")
         plots.append({"id": pid, "title": title, "unit": unit, "series": series, "note": note,
-                      "rate": rate, "empty": empty})
+                      "empty": empty})
     return plots, notes
 
 
@@ -906,7 +908,9 @@ function drawPlot(p, counting) {
     timeGrid(c, g, y0, y1, null);
     g.fillStyle = "#e6e9ee";
     if (any) {
-      for (let v = 0; v <= ymax + 1e-9; v += ystep) g.fillRect(x0, Math.round(y1 - v * ky), x1 - x0, 1);
+      for (let v = 0; v <= ymax + 1e-9; v += ystep) {
+        g.fillRect(x0, Math.round(y1 - v * ky), x1 - x0, 1);
+      }
     }
     g.fillStyle = "#fff"; g.fillRect(0, 0, c.w, c.h);
   });
@@ -1038,7 +1042,8 @@ function spanTip(el, i, wk, near) {
     if (code === null) return;
     if (scale === "wall") {
       const cpu = fmtDur(code / 100 * (se[i] - ss[i]));
-      parts.push(key + " ≈ " + cpu + " (" + code + " % of one core)");
+      const of = /cpu/.test(key) ? " % of one core)" : " % of its wall time)";
+      parts.push(key + " ≈ " + cpu + " (" + code + of);
     } else parts.push(key + " ≈ " + fmtAttr(key, scale === null ? code : code * scale));
   });
   if (parts.length) line(el, "estimated from the samples around it:", "k");

@@ -1,0 +1,92 @@
+"""Real engines run profiled jobs unchanged but for the wrapper, and everything reaches the
+driver: multiprocessing (fork and spawn), Dask distributed, Lithops localhost, Ray."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+
+import psutil
+import pytest
+from jobs import job
+
+from workerscope import Subscriber, profiled
+
+
+def _check(sub, t, n_tasks):
+    """Every task's job, spans and samples reached the driver, with nothing lost."""
+    assert sub.wait(jobs=n_tasks, timeout=60)
+    assert len(t.jobs) == n_tasks and all(j.status == "ok" for j in t.jobs)
+    assert sum(s.name == "crunch" for s in t.spans) == n_tasks
+    assert sum(s.name == "load_rows" for s in t.spans) == n_tasks
+    for j in t.jobs:
+        # sampled at its start and once more at its end (taken just after the end is marked)
+        samples = [s for s in t.samples if s.worker == j.worker and s.scope == "tree"
+                   and j.start_ns <= s.t_ns <= j.end_ns + 1_000_000_000]
+        assert len(samples) >= 2, f"job {j.id} of {j.worker} has no samples"
+    assert all(lost == 0 for lost in sub.lost.values())
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_multiprocessing_pool(clean_env, method):
+    """multiprocessing.Pool with fork and with spawn."""
+    with Subscriber() as sub:
+        wrapped = profiled(job, mode="heavy", interval=0.05, endpoint=sub.endpoint)
+        with multiprocessing.get_context(method).Pool(2) as pool:
+            results = pool.map(wrapped, range(6))
+        assert [r["n"] for r in results] == list(range(6))
+        assert sub.wait(jobs=6, timeout=60)
+        _check(sub, sub.timeline(), 6)
+
+
+def test_dask_local_cluster(clean_env):
+    """Dask distributed: client.map over a LocalCluster of 2 worker processes."""
+    distributed = pytest.importorskip("distributed")
+    with Subscriber() as sub:
+        wrapped = profiled(job, mode="heavy", interval=0.05, endpoint=sub.endpoint)
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                      dashboard_address=None) as cluster, \
+                distributed.Client(cluster) as client:
+            results = client.gather(client.map(wrapped, range(8)))
+        assert [r["n"] for r in results] == list(range(8))
+        assert sub.wait(jobs=8, timeout=60)
+        t = sub.timeline()
+        _check(sub, t, 8)
+        assert len(t.workers) == 2
+
+
+def test_lithops_localhost(clean_env, tmp_path):
+    """Lithops with its localhost backend and storage."""
+    lithops = pytest.importorskip("lithops")
+    with Subscriber() as sub:
+        wrapped = profiled(job, mode="heavy", interval=0.05, endpoint=sub.endpoint)
+        fexec = lithops.FunctionExecutor(config={
+            "lithops": {"backend": "localhost", "storage": "localhost", "log_level": "WARNING"},
+            # Lithops starts `python` from PATH by default; the workers need this environment.
+            "localhost": {"runtime": sys.executable}})
+        # Ship only the job module: workerscope itself is installed where the workers run.
+        fexec.map(wrapped, range(4), include_modules=["jobs"])
+        results = fexec.get_result()
+        fexec.clean(clean_cloudobjects=True)
+        # Lithops cleans its storage in a helper process of its own: let it finish.
+        cleaners = [p for p in psutil.Process().children()
+                    if "lithops.scripts.cleaner" in " ".join(p.cmdline())]
+        psutil.wait_procs(cleaners, timeout=60)
+        assert [r["n"] for r in results] == list(range(4))
+        assert sub.wait(jobs=4, timeout=60)
+        _check(sub, sub.timeline(), 4)
+
+
+def test_ray(clean_env):
+    """Ray tasks: documented and tested where Ray is installed (it is not a test dependency)."""
+    ray = pytest.importorskip("ray")
+    with Subscriber() as sub:
+        wrapped = profiled(job, mode="heavy", interval=0.05, endpoint=sub.endpoint)
+        ray.init(num_cpus=2, include_dashboard=False)
+        try:
+            remote = ray.remote(wrapped)
+            results = ray.get([remote.remote(i) for i in range(4)])
+        finally:
+            ray.shutdown()
+        assert [r["n"] for r in results] == list(range(4))
+        _check(sub, sub.timeline(), 4)
