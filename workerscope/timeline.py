@@ -136,15 +136,21 @@ class Timeline:
     # -- queries -----------------------------------------------------------------------------
     @property
     def start_ns(self) -> int | None:
-        times = [s.t_ns for s in self.samples[:1]] + [s.start_ns for s in self.spans[:1]]
-        times += [j.start_ns for j in self.jobs[:1]] + [m.t_ns for m in self.marks[:1]]
-        return min(times) if times else None
+        """The earliest time of anything in the timeline (sorted or not)."""
+        times = [min((s.t_ns for s in self.samples), default=None),
+                 min((s.start_ns for s in self.spans), default=None),
+                 min((j.start_ns for j in self.jobs), default=None),
+                 min((m.t_ns for m in self.marks), default=None)]
+        return min((t for t in times if t is not None), default=None)
 
     @property
     def end_ns(self) -> int | None:
-        times = [s.t_ns for s in self.samples] + [s.end_ns for s in self.spans]
-        times += [m.t_ns for m in self.marks]
-        return max(times) if times else None
+        """The latest time of anything in the timeline, job ends included."""
+        times = [max((s.t_ns for s in self.samples), default=None),
+                 max((s.end_ns for s in self.spans), default=None),
+                 max((j.end_ns or j.start_ns for j in self.jobs), default=None),
+                 max((m.t_ns for m in self.marks), default=None)]
+        return max((t for t in times if t is not None), default=None)
 
     def series(self, scope: str, metric: str, worker: str | None = None,
                pid: int | None = None) -> list[tuple[int, float]]:

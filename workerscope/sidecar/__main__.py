@@ -147,7 +147,8 @@ class Sidecar:
         if body.get("target"):
             self.target = int(body["target"])
         self.tree = ProcessTree(self.target, exclude=frozenset({os.getpid()}),
-                                uss_every_ns=int(max(self.interval, 1.0) * 1e9))
+                                uss_every_ns=int(max(self.interval, 1.0) * 1e9),
+                                min_rate_ns=int(min(0.05, self.interval / 2) * 1e9))
         self.host = HostSampler(self.target)
         # /proc has no per-process network bytes. A tree in a network namespace of its own
         # has its own counters; otherwise network is host-wide and labelled so.

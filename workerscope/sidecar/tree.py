@@ -96,6 +96,10 @@ class ProcessTree:
     exclude: frozenset[int] = frozenset()
     # uss/pss need /proc/PID/smaps_rollup, ~150 us a process: read them at most this often.
     uss_every_ns: int = 1_000_000_000
+    # CPU times move in clock ticks (10 ms): a rate over a shorter gap (the extra samples at a
+    # job's start and end) would read 0 % or a spike. Such a sample has no cpu_percent, and the
+    # next one measures over the whole longer gap.
+    min_rate_ns: int = 50_000_000
     members: dict[int, Member] = field(default_factory=dict)
     # CPU and counters of members that left the tree without being reaped into a member's
     # children-times (reparented away, or the root itself gone): kept so totals never fall.
@@ -193,9 +197,11 @@ class ProcessTree:
                 self.unreadable.add(pid)
                 continue
             own = ct.user + ct.system
-            if m.own_cpu is not None and m.t is not None and now_ns > m.t:
+            if m.own_cpu is None or m.t is None:
+                m.own_cpu, m.t = own, now_ns
+            elif now_ns - m.t >= self.min_rate_ns:
                 values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - m.t) / 1e9) * 100.0
-            m.own_cpu, m.t = own, now_ns
+                m.own_cpu, m.t = own, now_ns
             m.cpu_user = ct.user + ct.children_user
             m.cpu_system = ct.system + ct.children_system
             values["cpu_user_s"] = ct.user
@@ -252,10 +258,12 @@ class ProcessTree:
             tree["cpu_user_s"] = tree_user
             tree["cpu_system_s"] = total - tree_user
             tree["num_procs"] = len(procs)
-            if self.last_t is not None and now_ns > self.last_t:
+            if self.last_t is None:
+                self.last_cpu_total, self.last_t = total, now_ns
+            elif now_ns - self.last_t >= self.min_rate_ns:
                 seconds = (now_ns - self.last_t) / 1e9
                 tree["cpu_percent"] = (total - self.last_cpu_total) / seconds * 100.0
-            self.last_cpu_total, self.last_t = total, now_ns
+                self.last_cpu_total, self.last_t = total, now_ns
         if procs:
             tree["rss_bytes"] = sums["rss_bytes"]
             tree["num_threads"] = sums["num_threads"]
