@@ -95,7 +95,8 @@ def test_demo_writes_trace_with_three_or_more_pids(clean_env, tmp_path):
     """`demo` writes .wsc and .json; the JSON holds X spans and C counters for 3+ pids."""
     r = run_cli("demo", "-o", str(tmp_path))
     assert r.returncode == 0, r.stderr
-    assert str(tmp_path / "demo.json") in r.stdout
+    assert str(tmp_path / "demo.json") in r.stdout and str(tmp_path / "demo.html") in r.stdout
+    assert (tmp_path / "demo.html").read_text().startswith("<!DOCTYPE html>")
     events = chrome_events(tmp_path / "demo.json")
     x_pids = {e["pid"] for e in events if e["ph"] == "X"}
     c_pids = {e["pid"] for e in events if e["ph"] == "C"}

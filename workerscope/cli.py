@@ -172,7 +172,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"workerscope demo: {_summary(timeline)} in {time.perf_counter() - t0:.1f} s")
     for p in paths:
         print(f"  wrote {p}")
-    print("  open the .json in https://ui.perfetto.dev (Open trace file)")
+    print("  open the .html in a browser; the .json in https://ui.perfetto.dev (Open trace file);")
+    print(f"  or see it here: workerscope report {paths[0]}")
     return 0
 
 

@@ -79,6 +79,6 @@ def run_demo(out_dir: str = "workerscope-demo", workers: int = 3, tasks: int = 6
         sub.wait(jobs=tasks, byes=workers, timeout=30)
         timeline = sub.timeline()
     assert len(results) == tasks
-    paths = [timeline.save(os.path.join(out_dir, "demo.wsc")),
-             timeline.save(os.path.join(out_dir, "demo.json"))]
+    paths = [timeline.save(os.path.join(out_dir, name))
+             for name in ("demo.wsc", "demo.json", "demo.html")]
     return timeline, paths
