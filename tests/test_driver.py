@@ -200,3 +200,48 @@ def test_async_iterator_follows_frames(clean_env):
         kinds = asyncio.run(main(sub))
     assert kinds[0] == "hello" and "job_start" in kinds and "sample" in kinds
     assert kinds[-1] == "job_end" and kinds.index("job_start") < kinds.index("sample")
+
+
+def test_live_rows_flag_a_straggler(clean_env):
+    """Subscriber.live() shows each worker's job and numbers, and flags a job running far
+    longer than the median of those done."""
+    with Subscriber() as sub:
+        wrapped = profiled(job, mode="heavy", interval=0.05, endpoint=sub.endpoint)
+        for i in range(4):
+            wrapped(i)
+        assert sub.wait(jobs=4, timeout=30)
+        with monitor(interval=0.05, endpoint=sub.endpoint, name="slow-one"):
+            assert _eventually(lambda: any(r["straggler"] for r in sub.live()), timeout=10)
+            (row,) = sub.live()
+            assert row["job"] == "slow-one" and row["status"] == "running"
+            assert row["cpu_percent"] is not None and row["rss_bytes"] > 0 and row["lost"] == 0
+
+
+def test_listen_live_view_and_ctrl_c_keeps_everything(clean_env, tmp_path):
+    """`listen --live` redraws a table of workers; on Ctrl-C it still writes all it received."""
+    out = tmp_path / "live.wsc"
+    proc = subprocess.Popen([sys.executable, "-m", "workerscope", "listen", "--live", "-o",
+                             str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        endpoint = proc.stdout.readline().split()[-1]
+        wrapped = profiled(job, mode="heavy", interval=0.05, endpoint=endpoint)
+        for i in range(3):
+            wrapped(i)
+        launcher.close_all(wait=True)
+        screen = ""
+        while "exited" not in screen:  # the view redraws each second
+            line = proc.stdout.readline()
+            assert line, "listen ended early"
+            screen += line
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert "worker" in screen and "status" in screen and "job / last span" in screen
+    from workerscope import load
+
+    t = load(out)
+    assert len(t.jobs) == 3 and sum(s.name == "crunch" for s in t.spans) == 3

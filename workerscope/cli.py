@@ -118,22 +118,44 @@ def cmd_listen(args: argparse.Namespace) -> int:
                   flush=True)
             lost_seen[frame.worker] = lost
 
-    sub = Subscriber(args.bind, on_frame=None if args.quiet else on_frame)
+    quiet = args.quiet or args.live
+    sub = Subscriber(args.bind, on_frame=None if quiet else on_frame)
     with sub:
         print(f"listening on {sub.endpoint}", flush=True)
         try:
-            if args.jobs is None:
+            if args.live:
+                _live(sub, args.jobs)
+            elif args.jobs is None:
                 threading.Event().wait()  # until Ctrl-C
             else:
                 while not sub.wait(jobs=args.jobs, timeout=0.5):
                     continue  # short waits, so Ctrl-C is seen at once
         except KeyboardInterrupt:
             print("stopped", file=sys.stderr)
+        # Everything received so far is in the timeline, Ctrl-C or not.
         timeline = sub.timeline()
     if args.output:
         timeline.save(args.output)
         print(f"workerscope: {_summary(timeline)}; wrote {args.output}", file=sys.stderr)
     return 0
+
+
+def _live(sub, jobs: int | None) -> None:  # type: ignore[no-untyped-def]
+    """Redraw the live view about once a second until `jobs` jobs ended (or Ctrl-C)."""
+    import shutil
+
+    from .client.live import CLEAR, render
+
+    while True:
+        width = shutil.get_terminal_size((100, 24)).columns
+        screen = render(sub.live(), sub.endpoint, width, sub.jobs_ended)
+        sys.stdout.write((CLEAR if sys.stdout.isatty() else "") + screen)
+        sys.stdout.flush()
+        if jobs is not None and sub.wait(jobs=jobs, timeout=1.0):
+            sys.stdout.write(render(sub.live(), sub.endpoint, width, sub.jobs_ended))
+            return
+        if jobs is None:
+            threading.Event().wait(1.0)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -194,6 +216,8 @@ def parser() -> argparse.ArgumentParser:
     listen.add_argument("-o", "--output", help="write the merged timeline here at the end")
     listen.add_argument("--jobs", type=int, help="stop after this many jobs ended")
     listen.add_argument("-q", "--quiet", action="store_true", help="no line per frame")
+    listen.add_argument("--live", action="store_true",
+                        help="a live table of all workers, redrawn every second")
     listen.set_defaults(func=cmd_listen)
     rep = sub.add_parser("report", help="show a saved timeline, or convert it",
                          description="With no output flag: a Gantt per worker and summary tables "

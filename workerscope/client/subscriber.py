@@ -83,6 +83,8 @@ class Subscriber:
         self._pings: dict[int, tuple[str, bytes, int]] = {}
         self._ping_ids = 0
         self._pending_ack: dict[str, tuple[bytes, int]] = {}
+        self._latest: dict[str, dict] = {}
+        self._job_seconds: list[float] = []
         self._boot = _boot_id()
         self._host = socket.gethostname()
         self._builder = TimelineBuilder()
@@ -257,6 +259,7 @@ class Subscriber:
                 self.bad_frames += 1
                 self.last_error = str(err)
                 return
+            self._note_latest(frame)
             if frame.kind == protocol.JOB_START:
                 self.jobs_started += 1
             elif frame.kind == protocol.JOB_END:
@@ -343,6 +346,53 @@ class Subscriber:
         if clock.delay_ns is None or delay < clock.delay_ns:
             clock.delay_ns = delay
             clock.offset_ns = t1 - (t0 + t2) // 2
+
+    # -- live state --------------------------------------------------------------------------
+    def _note_latest(self, frame: protocol.Frame) -> None:
+        """Keep what a live view shows of each worker, cheaply, as frames arrive."""
+        b = frame.body
+        row = self._latest.setdefault(frame.worker, {"jobs": {}, "span": None, "tree": {},
+                                                     "gpu_util": None})
+        if frame.kind == protocol.SAMPLE:
+            row["tree"] = b.get("tree") or row["tree"]
+            utils = [v.get("util_percent") for _, v in b.get("gpus", ()) if "util_percent" in v]
+            row["gpu_util"] = sum(utils) / len(utils) if utils else row["gpu_util"]
+        elif frame.kind == protocol.JOB_START:
+            row["jobs"][b.get("job")] = (str(b.get("name")), time.monotonic())
+        elif frame.kind == protocol.JOB_END:
+            started = row["jobs"].pop(b.get("job"), None)
+            if started is not None:
+                self._job_seconds.append(time.monotonic() - started[1])
+                del self._job_seconds[:-1000]
+        elif frame.kind == protocol.SPANS and b.get("records"):
+            row["span"] = str(b["records"][-1][4])
+
+    def live(self) -> list[dict[str, object]]:
+        """One row per worker for a live view: host, pid, status, current job and last span,
+        CPU, RSS, GPU use, frames lost, and whether its running job is a straggler (running
+        for over 1.5x the median job so far)."""
+        states = self.states()
+        now = time.monotonic()
+        with self._cond:
+            done = sorted(self._job_seconds)
+            median = done[len(done) // 2] if done else None
+            rows = []
+            for wid, w in sorted(self._builder.t.workers.items()):
+                latest = self._latest.get(wid, {"jobs": {}, "span": None, "tree": {},
+                                                "gpu_util": None})
+                jobs = latest["jobs"]
+                running = max((now - t0 for _, t0 in jobs.values()), default=None)
+                rows.append({
+                    "worker": wid, "host": w.host, "pid": w.pid, "status": states.get(wid, ""),
+                    "job": ", ".join(name for name, _ in jobs.values()) or None,
+                    "span": latest["span"], "cpu_percent": latest["tree"].get("cpu_percent"),
+                    "rss_bytes": latest["tree"].get("rss_bytes"),
+                    "gpu_util_percent": latest["gpu_util"], "lost": self.lost.get(wid, 0),
+                    "dropped": self.dropped.get(wid, 0), "running_s": running,
+                    "straggler": bool(median and running and len(done) >= 3
+                                      and running > 1.5 * median),
+                })
+            return rows
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _count(self, frame: protocol.Frame) -> None:
