@@ -24,18 +24,11 @@ import zmq
 
 from .. import protocol
 from ..errors import ProtocolError, WorkerscopeError
+from ..sidecar.host import boot_id
 from ..timeline import Timeline, TimelineBuilder
 
 POLL_MS = 100
 PINGS_AT_HELLO = 5
-
-
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 @dataclass
@@ -85,7 +78,7 @@ class Subscriber:
         self._pending_ack: dict[str, tuple[bytes, int]] = {}
         self._latest: dict[str, dict] = {}
         self._job_seconds: list[float] = []
-        self._boot = _boot_id()
+        self._boot = boot_id()
         self._host = socket.gethostname()
         self._builder = TimelineBuilder()
         self._cond = threading.Condition()

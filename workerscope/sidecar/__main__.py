@@ -23,7 +23,7 @@ from .. import protocol
 from ..errors import ProtocolError, WorkerscopeError
 from .aggregate import Aggregator
 from .gpu import GpuSampler
-from .host import HostSampler, net_namespace, read_net_dev
+from .host import HostSampler, boot_id, net_namespace, read_net_dev
 from .outbox import SEND_HWM, Outbox
 from .tree import ProcessTree
 
@@ -160,7 +160,7 @@ class Sidecar:
         hello = {
             "node": self.node, "host": host, "pid": self.target, "sidecar_pid": os.getpid(),
             "interval": self.interval, "anchor": self._anchor(),
-            "boot_id": _boot_id() + ("-skewed" if self.skew else ""),
+            "boot_id": boot_id() + ("-skewed" if self.skew else ""),
             "metrics": METRICS, "net_scope": self.net_scope,
         }
         self.hello = self.emit(protocol.HELLO, hello, jobs=[])
@@ -341,14 +341,6 @@ class Sidecar:
         self.outbox.wait_ack(self.seq, self.bye_timeout, on_other=self.on_driver)
         self.outbox.close()
         return 0
-
-
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def main(argv: list[str] | None = None) -> int:

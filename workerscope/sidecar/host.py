@@ -12,6 +12,15 @@ import psutil
 UNLIMITED = 1 << 60  # cgroup v1 writes a huge number for "no limit"
 
 
+def boot_id() -> str:
+    """This boot of this machine: processes that share it share one monotonic clock."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def _read_int(path: str) -> int | None:
     try:
         with open(path) as f:
