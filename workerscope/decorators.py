@@ -11,11 +11,12 @@ import time
 from typing import Any, Callable, TypeVar, overload
 
 from . import light, protocol, spans
-from .config import Config, resolve
+from .config import Config, env_names, resolve
 from .errors import WorkerscopeError
 from .timeline import Job, Span, Timeline, Worker
 
 F = TypeVar("F", bound=Callable[..., Any])
+_ENV_VARS = tuple(env_names().values())
 
 
 # -- spans -----------------------------------------------------------------------------------------
@@ -303,6 +304,7 @@ class profiled:
         functools.update_wrapper(self, fn)
         self.last_stats: dict[str, float] | None = None
         self.last_timeline: Timeline | None = None
+        self._cached: tuple[tuple, Config] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"fn": self.fn, "options": self.options}
@@ -310,8 +312,17 @@ class profiled:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["fn"], **state["options"])  # type: ignore[misc]
 
+    def _config(self) -> Config:
+        # Settings come from the options and the WORKERSCOPE_* variables of the process the
+        # call runs in; resolving them costs ~9 us, so it is redone only when those change.
+        key = tuple(os.environ.get(var) for var in _ENV_VARS)
+        cached = self._cached
+        if cached is None or cached[0] != key:
+            cached = self._cached = (key, resolve(**self.options))
+        return cached[1]
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        config = resolve(**self.options)
+        config = self._config()
         if config.mode == "off":
             return self.fn(*args, **kwargs)
         if config.mode == "light":

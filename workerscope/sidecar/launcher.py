@@ -56,6 +56,8 @@ class SidecarLink:
     def spawn(self) -> None:
         """Start the sidecar process; `handshake` then names its target and waits for it."""
         ours, theirs = socket.socketpair()
+        # Room for bursts of span batches and job edges while the sidecar is busy sampling.
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         cmd = [
             sys.executable, "-m", "workerscope.sidecar",
             "--fd", str(theirs.fileno()),
