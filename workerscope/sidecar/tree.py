@@ -5,8 +5,10 @@ which costs a few small reads per member; psutil's children(recursive=True) scan
 instead and dominates the cost on busy hosts. Where that file is missing (kernels without
 CONFIG_PROC_CHILDREN), psutil's scan is the fallback.
 
-One psutil.Process per pid for its whole life: a new object per tick would lose the CPU times
-that cpu_percent needs (psrecord #47).
+Readings come straight from /proc/PID/{stat,status,io,fd} (one small read each, where psutil
+makes several per value), keeping each member's previous reading for its whole life: a fresh
+reader per tick would lose the CPU times that cpu_percent needs (psrecord #47). psutil is used
+for USS/PSS (smaps) and where /proc/PID/task/TID/children is missing.
 """
 
 from __future__ import annotations
@@ -62,6 +64,44 @@ def _status(pid: int) -> dict[str, float]:
     return out
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _stat(pid: int) -> tuple[float, float, float, float, int, int, int]:
+    """From /proc/PID/stat: user, system, children's user and system seconds, rss bytes,
+    start time (ticks since boot: tells a reused pid apart) and parent pid. One read where
+    psutil makes several."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    rest = data[data.rindex(b")") + 2:].split()
+    tick = _TICK
+    return (int(rest[11]) / tick, int(rest[12]) / tick, int(rest[13]) / tick,
+            int(rest[14]) / tick, int(rest[21]) * _PAGE, int(rest[19]), int(rest[1]))
+
+
+def _name(pid: int) -> str:
+    with open(f"/proc/{pid}/comm", "rb") as f:
+        return f.read().decode(errors="replace").strip()
+
+
+def _io(pid: int) -> dict[str, int]:
+    """Storage and character IO from /proc/PID/io (PermissionError for others' processes)."""
+    with open(f"/proc/{pid}/io", "rb") as f:
+        lines = f.read().split(b"\n")
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(b":")
+        name = _IO_FIELDS.get(key)
+        if name is not None:
+            out[name] = int(value)
+    return out
+
+
+_IO_FIELDS = {b"read_bytes": "read_bytes", b"write_bytes": "write_bytes", b"rchar": "read_chars",
+              b"wchar": "write_chars"}
+
+
 def reset_peak(pid: int) -> bool:
     """Reset pid's RSS high-water mark (VmHWM) to its current RSS, so a warm worker's next job
     reports its own peak (Lithops #970). False where the kernel or permissions don't allow it."""
@@ -75,9 +115,10 @@ def reset_peak(pid: int) -> bool:
 
 @dataclass
 class Member:
-    proc: psutil.Process
     ppid: int
     name: str
+    start: int  # start time in ticks since boot: the same pid later is another process
+    proc: psutil.Process | None = None  # only for USS/PSS, which need smaps
     # Last readings, kept so a member that vanishes still counts in the tree totals.
     cpu_user: float = 0.0
     cpu_system: float = 0.0
@@ -143,12 +184,12 @@ class ProcessTree:
             if pid in self.members:
                 continue
             try:
-                proc = psutil.Process(pid)
-                name = proc.name()
-                ppid = ppid or proc.ppid()
-            except psutil.Error:
+                stat = _stat(pid)
+                name = _name(pid)
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
                 continue  # exited between the listing and now
-            self.members[pid] = Member(proc, ppid, name)
+            ppid = ppid or stat[6]
+            self.members[pid] = Member(ppid, name, stat[5])
             new.append((pid, ppid, name))
         gone = [pid for pid in self.members if pid not in seen]
         for pid in gone:
@@ -186,34 +227,33 @@ class ProcessTree:
         for pid, m in self.members.items():
             values: dict[str, float] = {}
             try:
-                with m.proc.oneshot():
-                    ct = m.proc.cpu_times()
-                    mem = m.proc.memory_info()
+                user, system, c_user, c_system, rss, start, _ = _stat(pid)
                 status = _status(pid)
-            except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError, ProcessLookupError):
+            except (FileNotFoundError, ProcessLookupError):
                 vanished.append(pid)
                 continue
-            except (psutil.AccessDenied, PermissionError):
+            except PermissionError:
                 self.unreadable.add(pid)
                 continue
-            own = ct.user + ct.system
+            if start != m.start:  # the pid now belongs to another process
+                vanished.append(pid)
+                continue
+            own = user + system
             if m.own_cpu is None or m.t is None:
                 m.own_cpu, m.t = own, now_ns
             elif now_ns - m.t >= self.min_rate_ns:
                 values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - m.t) / 1e9) * 100.0
                 m.own_cpu, m.t = own, now_ns
-            m.cpu_user = ct.user + ct.children_user
-            m.cpu_system = ct.system + ct.children_system
-            values["cpu_user_s"] = ct.user
-            values["cpu_system_s"] = ct.system
-            values["rss_bytes"] = mem.rss
+            m.cpu_user = user + c_user
+            m.cpu_system = system + c_system
+            values["cpu_user_s"] = user
+            values["cpu_system_s"] = system
+            values["rss_bytes"] = rss
             values.update(status)
             try:
-                io = m.proc.io_counters()
-                m.counters.update(read_bytes=io.read_bytes, write_bytes=io.write_bytes,
-                                  read_chars=io.read_chars, write_chars=io.write_chars)
-            except (psutil.AccessDenied, AttributeError, psutil.NoSuchProcess) as err:
-                if isinstance(err, psutil.AccessDenied):
+                m.counters.update(_io(pid))
+            except (PermissionError, FileNotFoundError, ProcessLookupError) as err:
+                if isinstance(err, PermissionError):
                     self.unreadable.add(pid)
                 for key in ("read_bytes", "write_bytes", "read_chars", "write_chars"):
                     counter_ok[key] = False
@@ -226,13 +266,15 @@ class ProcessTree:
                 if key in m.counters:
                     values[key] = m.counters[key]
             try:
-                values["num_fds"] = m.proc.num_fds()
+                values["num_fds"] = len(os.listdir(f"/proc/{pid}/fd"))
                 fds += values["num_fds"]
-            except psutil.Error:
+            except OSError:
                 fds_ok = False
             if now_ns - m.uss_t >= self.uss_every_ns:
                 m.uss_t = now_ns
                 try:
+                    if m.proc is None:
+                        m.proc = psutil.Process(pid)
                     full = m.proc.memory_full_info()
                     m.uss = (full.uss, getattr(full, "pss", 0.0))
                 except (psutil.Error, OSError):
@@ -245,9 +287,9 @@ class ProcessTree:
                 uss_ok = False
             tree_user += m.cpu_user
             tree_system += m.cpu_system
-            sums["rss_bytes"] += mem.rss
+            sums["rss_bytes"] += rss
             sums["num_threads"] += status.get("num_threads", 0)
-            sums["peak_rss_bytes"] += status.get("peak_rss_bytes", mem.rss)
+            sums["peak_rss_bytes"] += status.get("peak_rss_bytes", rss)
             procs.append([pid, values])
         for pid in vanished:
             self._retire(pid)
