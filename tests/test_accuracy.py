@@ -77,12 +77,10 @@ def test_short_lived_children_still_counted(clean_env):
     with monitor(interval=1.0) as m:
         for _ in range(20):
             subprocess.run([sys.executable, "-c", burn_code(0.2)], check=True)
-    first, last = m.timeline.samples[0], None
     tree = [s.values for s in m.timeline.samples if s.scope == "tree"]
     used = (tree[-1]["cpu_user_s"] + tree[-1]["cpu_system_s"]) - (
         tree[0]["cpu_user_s"] + tree[0]["cpu_system_s"])
     assert used >= 3.5, used
-    assert first is not None and last is None
 
 
 def test_write_bytes_of_200_mb_with_fsync(clean_env, tmp_path):

@@ -119,7 +119,7 @@ def test_stale_then_alive_then_dead(clean_env):
                 time.sleep(0.2)
             assert sub.states()[wid] == "stale"
             os.kill(sidecar, signal.SIGCONT)
-            assert sub.wait(timeout=10) and _eventually(lambda: sub.states()[wid] == "running")
+            assert _eventually(lambda: sub.states()[wid] == "running")
             os.kill(sidecar, signal.SIGKILL)
             worker.kill()
             worker.wait()
@@ -229,7 +229,9 @@ def test_listen_live_view_and_ctrl_c_keeps_everything(clean_env, tmp_path):
             wrapped(i)
         launcher.close_all(wait=True)
         screen = ""
+        deadline = time.monotonic() + 30
         while "exited" not in screen:  # the view redraws each second
+            assert time.monotonic() < deadline, f"no worker shown as exited: {screen[-500:]}"
             line = proc.stdout.readline()
             assert line, "listen ended early"
             screen += line

@@ -73,3 +73,17 @@ def test_no_run_is_a_clear_error(tracking):
 
     with pytest.raises(WorkerscopeError, match="start_run"):
         log_timeline(Timeline())
+
+
+def test_workers_sharing_a_node_get_distinct_names():
+    """Two workers under one node id do not log one metric name twice per step."""
+    from workerscope.export.mlflow import metrics
+
+    t = Timeline(workers={"a": Worker("a", host="h", pid=1, node="n0"),
+                          "b": Worker("b", host="h", pid=2, node="n0")})
+    for wid in "ab":
+        t.samples.append(Sample(wid, 10**18, "tree", 1, {"cpu_percent": 5.0, "cpu_percent_mean": 7.0}))
+    rows = metrics(t)
+    names = [(name, step) for name, _, _, step in rows]
+    assert len(names) == len(set(names)) == 2
+    assert {v for _, v, _, _ in rows} == {7.0}, "the mean of aggregated readings, as MLflow logs"

@@ -18,6 +18,7 @@ from jobs import load_rows
 
 from workerscope import Subscriber, load, monitor, profiled, protocol, span, timed
 from workerscope.errors import ConfigError
+from workerscope.sidecar import launcher
 
 TESTS = os.path.dirname(__file__)
 
@@ -173,3 +174,77 @@ def test_run_counts_the_last_interval(clean_env, tmp_path):
     assert r.returncode == 0, r.stderr
     tree = [s.values for s in load(tmp_path / "r.wsc").samples if s.scope == "tree"]
     assert tree[-1]["cpu_user_s"] + tree[-1]["cpu_system_s"] >= 0.8
+
+
+def test_light_workers_are_not_held_at_exit(clean_env):
+    """A light worker's bye is acknowledged at once (it is never pinged), so it exits quickly."""
+    with Subscriber() as sub:
+        r = subprocess.run(python_script(f"""
+            import sys; sys.path.insert(0, {TESTS!r})
+            from jobs import load_rows
+            from workerscope import profiled
+            profiled(load_rows, mode="light", endpoint={sub.endpoint!r})(3)
+        """), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert sub.wait(jobs=1, byes=1, timeout=10)
+        assert sub.clock_offsets() == {} and sub._pending_ack == {}
+        (w,) = sub.timeline().workers.values()
+        assert w.status == "exited"
+
+
+def test_light_mode_from_many_threads(clean_env):
+    """Light-mode jobs from 8 threads share one socket safely: every frame arrives, none lost."""
+    with Subscriber() as sub:
+        wrapped = profiled(load_rows, mode="light", endpoint=sub.endpoint)
+        threads = [threading.Thread(target=lambda: [wrapped(2) for _ in range(300)])
+                   for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sub.wait(jobs=2400, timeout=60)
+        assert list(sub.lost.values()) == [0]
+
+
+def test_light_mode_bad_endpoint_still_runs_the_job(clean_env):
+    """An endpoint ZeroMQ rejects (no port) warns once; the job runs and returns its result."""
+    wrapped = profiled(load_rows, mode="light", endpoint="tcp://127.0.0.1")
+    assert wrapped(2) == [0, 1] and wrapped(3) == [0, 1, 2]
+    assert wrapped.last_stats["wall_s"] >= 0
+
+
+def test_bytes_attributes_in_every_format(clean_env, tmp_path):
+    """A span attribute holding bytes does not stop any export."""
+    with monitor(interval=0.5) as m:
+        with span("fetch", key=b"s3://bucket/key"):
+            load_rows(1)
+    for name in ("t.json", "t.wsc", "t.html", "t.csv"):
+        assert os.path.getsize(m.timeline.save(tmp_path / name)) > 0
+
+
+def test_last_aggregated_readings_stay_with_their_job(clean_env):
+    """With samples_per_frame, the readings gathered before a job ends are sent with that job."""
+    with monitor(interval=0.02, samples_per_frame=5) as m:
+        time.sleep(0.33)
+    job = m.timeline.jobs[0]
+    last = max(s.t_ns for s in m.timeline.samples if s.scope == "tree")
+    assert job.end_ns - last < 25_000_000, (job.end_ns - last) / 1e6
+
+
+def test_async_iterator_ends_at_close_even_when_behind(clean_env):
+    """A consumer far behind still sees the iteration end when the Subscriber closes."""
+    import asyncio
+
+    async def main():
+        sub = Subscriber().start()
+        it = sub.frames(maxsize=2)
+        wrapped = profiled(load_rows, mode="heavy", interval=0.01, endpoint=sub.endpoint)
+        await asyncio.get_running_loop().run_in_executor(None, wrapped, 2)
+        await asyncio.get_running_loop().run_in_executor(None, sub.wait, 1, 10)
+        launcher.close_all(wait=True)
+        sub.close()
+        got = [f async for f in it]  # ends: the close's end marker made room for itself
+        return got, sub.iterator_dropped, sum(sub.received.values())
+
+    got, dropped, received = asyncio.run(asyncio.wait_for(main(), 60))
+    assert dropped > 0 and len(got) + dropped == received

@@ -90,14 +90,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         return code
     timeline = Timeline.from_frames(frames)
     out = args.output or f"workerscope-{child.pid}.json"
+    _save(timeline, out, f"workerscope-{child.pid}")
+    return code
+
+
+def _save(timeline, out: str, stem: str) -> None:  # type: ignore[no-untyped-def]
+    """Save, or if that fails for any reason, keep the data in a .wsc in the temp folder."""
     try:
         timeline.save(out)
         print(f"workerscope: {_summary(timeline)}; wrote {out}", file=sys.stderr)
-    except (OSError, WorkerscopeError) as err:
-        fallback = os.path.join("/tmp", f"workerscope-{child.pid}.wsc")
-        print(f"workerscope: could not write {out} ({err}); saving to {fallback}", file=sys.stderr)
+    except Exception as err:  # whatever went wrong, what was recorded must not be lost
+        import tempfile
+
+        fallback = os.path.join(tempfile.gettempdir(), f"{stem}.wsc")
+        print(f"workerscope: could not write {out} ({err!r}); saving to {fallback}",
+              file=sys.stderr)
         timeline.save(fallback)
-    return code
 
 
 def cmd_listen(args: argparse.Namespace) -> int:
@@ -135,8 +143,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
         # Everything received so far is in the timeline, Ctrl-C or not.
         timeline = sub.timeline()
     if args.output:
-        timeline.save(args.output)
-        print(f"workerscope: {_summary(timeline)}; wrote {args.output}", file=sys.stderr)
+        _save(timeline, args.output, f"workerscope-listen-{os.getpid()}")
     return 0
 
 

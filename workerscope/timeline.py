@@ -171,7 +171,8 @@ class Timeline:
 
             from .export.chrome import to_chrome
 
-            data = json.dumps(to_chrome(self), separators=(",", ":")).encode()
+            # default=repr: span attrs may hold anything (bytes, numpy values); never fail on them
+            data = json.dumps(to_chrome(self), separators=(",", ":"), default=repr).encode()
         elif path.endswith(".wsc"):
             data = protocol.encode_blob(self.to_dict())
         elif path.endswith(".html"):
@@ -252,6 +253,17 @@ def load(path: str | os.PathLike) -> Timeline:
     return Timeline.from_dict(raw)
 
 
+def _opt(value: Any, kind: type) -> Any:
+    """An optional field of an untrusted frame: None, or a value of `kind` (else ValueError)."""
+    if value is None:
+        return None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ValueError(f"expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
 def _numbers(values: Any) -> dict[str, float]:
     """A metrics map from an untrusted frame: str keys, finite-or-not numbers, nothing else."""
     if not isinstance(values, dict):
@@ -305,10 +317,12 @@ class TimelineBuilder:
 
     def _on_hello(self, wid: str, b: dict[str, Any]) -> None:
         host, pid = str(b["host"]), int(b["pid"])
-        self._set_anchor(wid, b["anchor"], b.get("boot_id"))
+        node, boot = _opt(b.get("node"), str), _opt(b.get("boot_id"), str)
+        sidecar_pid, interval = _opt(b.get("sidecar_pid"), int), _opt(b.get("interval"), float)
+        self._set_anchor(wid, b["anchor"], boot)
         w = self.worker(wid)
-        w.host, w.node, w.pid = host, b.get("node"), pid
-        w.sidecar_pid, w.interval, w.boot_id = b.get("sidecar_pid"), b.get("interval"), b.get("boot_id")
+        w.host, w.node, w.pid = host, node, pid
+        w.sidecar_pid, w.interval, w.boot_id = sidecar_pid, interval, boot
         self._roots[wid] = w.pid
 
     def _on_job_start(self, wid: str, b: dict[str, Any]) -> None:
@@ -378,17 +392,27 @@ class TimelineBuilder:
         w = self.worker(wid)
         w.status, w.dropped, w.errors = status, dropped, errors
 
+    def snapshot(self) -> tuple[Timeline, list[tuple[str, dict[str, Any]]]]:
+        """Shallow copies of what finish() needs: cheap, to take under a caller's lock."""
+        t = Timeline({k: dataclasses.replace(w) for k, w in self.t.workers.items()},
+                     list(self.t.jobs), list(self.t.spans), list(self.t.marks),
+                     list(self.t.samples), dict(self.t.processes), dict(self.t.threads))
+        return t, [(wid, dict(job)) for (wid, _), job in self._open_jobs.items()]
+
     def timeline(self, offsets: dict[str, int] | None = None) -> Timeline:
         """A copy of the timeline so far. A job still open shows as running, or as killed
         when its worker has already said bye. offsets: worker id -> ns its clock runs ahead of
         the driver's, taken off every time of that worker."""
-        t = Timeline(dict(self.t.workers), list(self.t.jobs), list(self.t.spans),
-                     list(self.t.marks), list(self.t.samples), dict(self.t.processes),
-                     dict(self.t.threads))
+        return self.finish(self.snapshot(), offsets)
+
+    @staticmethod
+    def finish(snapshot: tuple[Timeline, list[tuple[str, dict[str, Any]]]],
+               offsets: dict[str, int] | None = None) -> Timeline:
+        t, open_jobs = snapshot
         if offsets:
             _shift(t, offsets)
-        for (wid, _), job in self._open_jobs.items():
-            gone = self.t.workers[wid].status != "running"
+        for wid, job in open_jobs:
+            gone = t.workers[wid].status != "running"
             job = dict(job, start=job["start"] - (offsets or {}).get(wid, 0))
             _append_job(t, wid, job, t.end_ns if gone else None, "killed" if gone else "running",
                         None)

@@ -77,6 +77,8 @@ class Subscriber:
         self._ping_ids = 0
         self._pending_ack: dict[str, tuple[bytes, int]] = {}
         self._latest: dict[str, dict] = {}
+        self._no_ping: set[str] = set()
+        self._closed = False
         self._job_seconds: list[float] = []
         self._boot = boot_id()
         self._host = socket.gethostname()
@@ -137,8 +139,9 @@ class Subscriber:
                 os.unlink(os.path.join(self._tmpdir, name))
             os.rmdir(self._tmpdir)
             self._tmpdir = None
-        for loop, queue in list(self._queues):
-            loop.call_soon_threadsafe(queue.put_nowait, None)
+        self._closed = True
+        for entry in list(self._queues):
+            self._call(entry, self._end_queue)
 
     def __enter__(self) -> "Subscriber":
         return self.start()
@@ -190,35 +193,27 @@ class Subscriber:
     def timeline(self) -> Timeline:
         """The merged timeline of every worker seen so far, on this driver's clock."""
         states = self.states()
-        with self._cond:
+        with self._cond:  # only copies under the lock: frames keep flowing while we build
             offsets = {wid: c.offset_ns for wid, c in self._clocks.items()}
-            t = self._builder.timeline(offsets)
-            for wid, w in t.workers.items():
-                w.lost = self.lost.get(wid, 0)
-                w.dropped = max(w.dropped, self.dropped.get(wid, 0))
-                w.status = states.get(wid, w.status)
-                if wid in self._clocks:
-                    w.clock_offset_ns = self._clocks[wid].offset_ns
-                    d = self._clocks[wid].delay_ns
-                    w.clock_error_ns = None if d is None else d // 2
-            return t
+            snapshot = self._builder.snapshot()
+            lost, dropped = dict(self.lost), dict(self.dropped)
+            clocks = {wid: (c.offset_ns, c.delay_ns) for wid, c in self._clocks.items()}
+        t = self._builder.finish(snapshot, offsets)
+        for wid, w in t.workers.items():
+            w.lost = lost.get(wid, 0)
+            w.dropped = max(w.dropped, dropped.get(wid, 0))
+            w.status = states.get(wid, w.status)
+            if wid in clocks:
+                w.clock_offset_ns, d = clocks[wid]
+                w.clock_error_ns = None if d is None else d // 2
+        return t
 
-    async def frames(self, maxsize: int = 10_000) -> AsyncIterator[protocol.Frame]:
-        """Every frame from now on, as an async iterator; ends when the Subscriber closes.
-        A consumer that falls maxsize frames behind loses the newest (counted in
-        iterator_dropped) rather than slowing the receive thread."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue(maxsize)
-        entry = (loop, queue)
-        self._queues.append(entry)
-        try:
-            while True:
-                frame = await queue.get()
-                if frame is None:
-                    return
-                yield frame
-        finally:
-            self._queues.remove(entry)
+    def frames(self, maxsize: int = 10_000) -> AsyncIterator[protocol.Frame]:
+        """Every frame from now on, as an async iterator (`async for f in sub.frames()`),
+        ending when the Subscriber closes. Call it inside a running event loop. A consumer
+        that falls maxsize frames behind loses the newest (counted in iterator_dropped)
+        rather than slowing the receive thread."""
+        return _FrameQueue(self, asyncio.get_running_loop(), maxsize)
 
     # -- the receive thread ------------------------------------------------------------------
     def _run(self) -> None:
@@ -253,6 +248,8 @@ class Subscriber:
                 self.last_error = str(err)
                 return
             self._note_latest(frame)
+            if frame.kind == protocol.HELLO and frame.body.get("mode") == "light":
+                self._no_ping.add(frame.worker)
             if frame.kind == protocol.JOB_START:
                 self.jobs_started += 1
             elif frame.kind == protocol.JOB_END:
@@ -288,8 +285,29 @@ class Subscriber:
                 if self.callback_errors == 1:
                     print(f"workerscope: on_frame callback failed: {err!r}", file=sys.stderr)
                 self.last_error = f"on_frame: {err!r}"
-        for loop, queue in list(self._queues):
-            loop.call_soon_threadsafe(self._put, queue, frame)
+        for entry in list(self._queues):
+            self._call(entry, self._put, frame)
+
+    def _call(self, entry: tuple[asyncio.AbstractEventLoop, asyncio.Queue], fn: Callable,
+              *args: object) -> None:
+        """Run fn(queue, *args) on the consumer's loop; a loop that has ended (its consumer
+        stopped iterating without closing) is forgotten."""
+        loop, queue = entry
+        try:
+            loop.call_soon_threadsafe(fn, queue, *args)
+        except RuntimeError:  # "Event loop is closed"
+            if entry in self._queues:
+                self._queues.remove(entry)
+
+    def _end_queue(self, queue: asyncio.Queue) -> None:
+        """Put the end marker in, making room by dropping (and counting) the oldest frame."""
+        while True:
+            try:
+                queue.put_nowait(None)
+                return
+            except asyncio.QueueFull:
+                queue.get_nowait()
+                self.iterator_dropped += 1
 
     def _put(self, queue: asyncio.Queue, frame: protocol.Frame) -> None:
         try:
@@ -310,14 +328,14 @@ class Subscriber:
         return w is not None and self._local(w)
 
     def _wants_ping(self, wid: str) -> bool:
-        if self._same_clock(wid):
+        if self._same_clock(wid) or wid in self._no_ping:
             return False
         clock = self._clocks.get(wid)
         return clock is None or clock.samples < PINGS_AT_HELLO
 
     def _ping(self, sock: zmq.Socket, identity: bytes, wid: str) -> None:
-        if self._same_clock(wid):
-            return  # one host, one clock: nothing to estimate
+        if self._same_clock(wid) or wid in self._no_ping:
+            return  # one host, one clock (or a light worker, which has no one to answer)
         self._clocks.setdefault(wid, _Clock())
         self._ping_ids += 1
         t0 = time.time_ns()
@@ -406,3 +424,29 @@ class Subscriber:
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class _FrameQueue:
+    """The async iterator of Subscriber.frames(): registered at once, so no frame that
+    arrives after the call is missed."""
+
+    def __init__(self, sub: Subscriber, loop: asyncio.AbstractEventLoop, maxsize: int) -> None:
+        self.sub = sub
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize)
+        self.entry = (loop, self.queue)
+        self.done = sub._closed
+        if not self.done:
+            sub._queues.append(self.entry)
+
+    def __aiter__(self) -> "_FrameQueue":
+        return self
+
+    async def __anext__(self) -> protocol.Frame:
+        if not self.done:
+            frame = await self.queue.get()
+            if frame is not None:
+                return frame
+            self.done = True
+        if self.entry in self.sub._queues:
+            self.sub._queues.remove(self.entry)
+        raise StopAsyncIteration

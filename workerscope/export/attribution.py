@@ -69,14 +69,11 @@ def attribute(t: Timeline) -> dict[tuple[str, int, int], dict[str, float]]:
     """(worker, pid, span id) -> estimates of what ran during the span."""
     by_proc: dict[tuple[str, int], list[tuple[int, dict[str, float]]]] = {}
     by_tree: dict[str, list[tuple[int, dict[str, float]]]] = {}
-    by_gpu: dict[str, list[tuple[int, dict[str, float]]]] = {}
     for s in t.samples:
         if s.scope == "proc" and s.pid is not None:
             by_proc.setdefault((s.worker, s.pid), []).append((s.t_ns, s.values))
         elif s.scope == "tree":
             by_tree.setdefault(s.worker, []).append((s.t_ns, s.values))
-        elif s.scope.startswith("gpu"):
-            by_gpu.setdefault(s.worker, []).append((s.t_ns, s.values))
     cache: dict[Any, dict[str, _Series]] = {}
 
     def proc_series(worker: str, pid: int) -> dict[str, _Series]:
@@ -87,15 +84,15 @@ def attribute(t: Timeline) -> dict[tuple[str, int, int], dict[str, float]]:
                           "hwm": _series(rows, "peak_rss_bytes"),
                           "read": _series(rows, "read_bytes"),
                           "write": _series(rows, "write_bytes"),
-                          "gpu_mem": _series(rows, "gpu_mem_bytes")}
+                          "gpu_mem": _series(rows, "gpu_mem_bytes"),
+                          "gpu_util": _series(rows, "gpu_util_percent")}
         return cache[key]
 
     def tree_series(worker: str) -> dict[str, _Series]:
         key = ("t", worker)
         if key not in cache:
             rows = sorted(by_tree.get(worker, []), key=lambda r: r[0])
-            gpus = sorted(by_gpu.get(worker, []), key=lambda r: r[0])
-            cache[key] = {"cpu": _series(rows, _cpu), "gpu_util": _series(gpus, "util_percent")}
+            cache[key] = {"cpu": _series(rows, _cpu)}
         return cache[key]
 
     out: dict[tuple[str, int, int], dict[str, float]] = {}
@@ -129,7 +126,9 @@ def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series]) -> dict[st
             peak = max(peak, hwm_after)
         res["peak_rss_bytes"] = peak
         res["peak_growth_bytes"] = max(peak - start, 0.0)
-    util = tree["gpu_util"].within(t0, t1)
+    # The process's own SM share (NVML per-process utilisation), not the device's: a device
+    # is shared with other processes, and a host has other devices.
+    util = p["gpu_util"].within(t0, t1)
     if util:
         res["gpu_util_percent"] = sum(util) / len(util)
     gmem = p["gpu_mem"].within(t0, t1)

@@ -115,7 +115,7 @@ def to_chrome(t: Timeline, attribution: dict | None = None) -> dict[str, Any]:
                            "ts": _us(end, origin), "args": {"error": j.error, "job": j.id}})
     host_pid = {}
     for smp in t.samples:
-        if smp.scope == "host":
+        if smp.scope == "host" or smp.scope.startswith("gpu"):
             # Host counters sit on the first worker of that host that reported them.
             p = host_pid.setdefault(host_of.get(smp.worker, ""), pid_of(smp.worker, t.workers[smp.worker].pid)
                                     if smp.worker in t.workers else 0)

@@ -64,25 +64,38 @@ def _tree(values: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def _mean(values: dict[str, float]) -> dict[str, float]:
+    """With samples_per_frame, log the mean of the readings as MLflow does, not the last."""
+    return {k: values.get(f"{k}_mean", v) for k, v in values.items()
+            if not k.endswith(("_min", "_mean", "_max"))}
+
+
 def metrics(t: Timeline, node_id: str | None = None) -> list[tuple[str, float, int, int]]:
     """(name, value, timestamp ms, step) for every metric MLflow would get."""
-    prefix_of: dict[str, str] = {}
+    nodes: dict[str, str | None] = {}
     for wid, w in t.workers.items():
         node = node_id or w.node
         if node is None and len(t.workers) > 1:
             node = f"{w.host}-{w.pid}"
+        nodes[wid] = node
+    prefix_of: dict[str, str] = {}
+    for wid, node in nodes.items():
+        if node is not None and sum(n == node for n in nodes.values()) > 1:
+            # Two workers under one node id would log one name twice per step.
+            node = f"{node}-{t.workers[wid].pid}"
         prefix_of[wid] = "system/" + (f"{node}/" if node else "")
     out: list[tuple[str, float, int, int]] = []
     step: dict[tuple[str, str], int] = {}
     first_host: dict[str, dict[str, float]] = {}
     for s in sorted(t.samples, key=lambda s: s.t_ns):
+        raw = _mean(s.values)
         if s.scope == "host":
-            first = first_host.setdefault(s.worker, s.values)
-            values = _mlflow_host(s.values, first)
+            first = first_host.setdefault(s.worker, raw)
+            values = _mlflow_host(raw, first)
         elif s.scope.startswith("gpu"):
-            values = _mlflow_gpu(s.scope[3:], s.values)
+            values = _mlflow_gpu(s.scope[3:], raw)
         elif s.scope == "tree":
-            values = _tree(s.values)
+            values = _tree(raw)
         else:
             continue
         key = (s.worker, s.scope)

@@ -91,6 +91,8 @@ class Sidecar:
         self.next_heartbeat = 0
         self.last_sample_ns = 0
         self.last_sample = b""
+        self.last_sample_edge = False
+        self.last_sample_cost_ns = 0
         # Test hook: pretend this host's wall clock is off by this much (and that it is
         # another host), to check the driver's clock-offset estimate. Never set in production.
         self.skew = int(os.environ.get("WORKERSCOPE_TEST_CLOCK_SKEW_NS", "0") or 0)
@@ -107,7 +109,7 @@ class Sidecar:
                 job.frames.append(data)
         return data
 
-    def sample(self, every_name: bool = False, flush: bool = False) -> None:
+    def sample(self, every_name: bool = False, flush: bool = False, edge: bool = False) -> None:
         """One sample to the driver and every open job. every_name: list every member as new
         (a job's first sample), so each job's own timeline can name its processes."""
         now = time.monotonic_ns()
@@ -144,12 +146,21 @@ class Sidecar:
         if frame is not None:
             self.last_sample = self.emit(protocol.SAMPLE, frame)
         self.last_sample_ns = now
+        self.last_sample_edge = edge
+        self.last_sample_cost_ns = time.monotonic_ns() - now
+
+    def flush_samples(self) -> None:
+        frame = self.aggregator.flush()
+        if frame is not None:
+            self.last_sample = self.emit(protocol.SAMPLE, frame)
 
     def sampled_recently(self) -> bool:
-        """Whether the last sample is too fresh to take another at a job's edge: within a
-        fifth of the interval, at most 20 ms."""
-        gap = min(self.interval_ns // 5, 20_000_000)
-        return time.monotonic_ns() - self.last_sample_ns < gap
+        """Whether a job edge may share the last sample instead of taking its own: only when
+        that sample was itself a job edge's, taken less than four sample-costs ago. Jobs of a
+        millisecond then cost the sidecar a fraction of a core instead of overrunning it, and
+        a job's end after a regular tick always gets its own final sample."""
+        gap = max(4 * self.last_sample_cost_ns, 1_000_000)
+        return self.last_sample_edge and time.monotonic_ns() - self.last_sample_ns < gap
 
     # -- pipe messages -----------------------------------------------------------------------
     def on_hello(self, body: dict[str, Any]) -> None:
@@ -157,7 +168,9 @@ class Sidecar:
             self.target = int(body["target"])
         self.tree = ProcessTree(self.target, exclude=frozenset({os.getpid()}),
                                 uss_every_ns=int(max(self.interval, 1.0) * 1e9),
-                                min_rate_ns=int(min(0.05, self.interval / 2) * 1e9))
+                                # every regular tick gets a rate; edge samples closer than
+                                # that (or 50 ms) to the last rate wait for the next one
+                                min_rate_ns=int(min(0.05, 0.8 * self.interval) * 1e9))
         self.host = HostSampler(self.target)
         # /proc has no per-process network bytes. A tree in a network namespace of its own
         # has its own counters; otherwise network is host-wide and labelled so.
@@ -194,12 +207,12 @@ class Sidecar:
             "anchor": self._anchor(),
         }, jobs=[job])
         if self.sampled_recently():
-            # Jobs shorter than a tick come faster than full samples can be taken (~20 us a
-            # process): share the last one rather than fall behind and fill the worker's pipe.
+            # Back-to-back tiny jobs come faster than full samples can be taken: share the
+            # last one rather than fall behind and fill the worker's pipe.
             if job.keep and self.last_sample:
                 job.frames.append(self.last_sample)
         else:
-            self.sample(every_name=True, flush=True)
+            self.sample(every_name=True, flush=True, edge=True)
         if first:
             self.next_tick = time.monotonic_ns() + self.interval_ns
 
@@ -227,7 +240,9 @@ class Sidecar:
         if job is None:
             return
         if not self.sampled_recently():
-            self.sample(flush=True)
+            self.sample(flush=True, edge=True)
+        else:
+            self.flush_samples()  # readings gathered for samples_per_frame belong to this job
         self.end_job(job, body.get("t", time.monotonic_ns()), str(body.get("status", "ok")),
                      body.get("error"))
         if body.get("reply"):
@@ -347,6 +362,7 @@ class Sidecar:
     def bye(self, status: str) -> int:
         if not self.worker_id:
             return 1
+        self.flush_samples()
         body = {"t": time.monotonic_ns(), "status": status, "samples": self.samples,
                 "errors": self.errors[-20:]}
         if self.outbox is None:

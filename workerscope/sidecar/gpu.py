@@ -100,6 +100,8 @@ class GpuSampler:
             return None
         try:
             return fn(*args)
+        except nv.NVMLError_NotFound:
+            return None  # e.g. no process samples newer than the last: nothing to report
         except nv.NVMLError_GpuIsLost:
             self._lost.add(index)
             self.note(f"gpu{index}: the GPU is lost; no further readings from it")
@@ -146,7 +148,8 @@ class GpuSampler:
             for metric, fn in (("compute processes", nv.nvmlDeviceGetComputeRunningProcesses),
                                ("graphics processes", nv.nvmlDeviceGetGraphicsRunningProcesses)):
                 for p in self._call(i, metric, fn, h) or ():
-                    mem[p.pid] = mem.get(p.pid, 0) + (p.usedGpuMemory or 0)
+                    # A process with both contexts (C+G) is in both lists with the same memory.
+                    mem[p.pid] = max(mem.get(p.pid, 0), p.usedGpuMemory or 0)
             self._proc_mem[i] = mem
             # Without the last timestamp NVML returns stale samples from its whole buffer.
             samples = self._call(i, "process utilization", nv.nvmlDeviceGetProcessUtilization, h,
