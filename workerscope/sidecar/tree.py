@@ -52,15 +52,16 @@ def _children_of(pid: int) -> list[int] | None:
 
 def _status(pid: int) -> dict[str, float]:
     """Peak RSS, threads and context switches from one read of /proc/PID/status."""
-    out: dict[str, float] = {}
     with open(f"/proc/{pid}/status", "rb") as f:
-        for line in f:
-            key, _, rest = line.partition(b":")
-            name = _STATUS_FIELDS.get(key)
-            if name is not None:
-                parts = rest.split()
-                value = int(parts[0])
-                out[name] = value * 1024 if name == "peak_rss_bytes" else value
+        data = f.read()
+    out: dict[str, float] = {}
+    # find() on the few fields we want: parsing all ~55 lines cost twice the read itself.
+    for key, name in _STATUS_FIELDS.items():
+        i = data.find(b"\n" + key + b":")
+        if i >= 0:
+            end = data.find(b"\n", i + 1)
+            value = int(data[i + len(key) + 2:end].split()[0])
+            out[name] = value * 1024 if name == "peak_rss_bytes" else value
     return out
 
 
