@@ -39,19 +39,17 @@ def _peaks(timeline):
 
 
 @pytest.mark.parametrize("hold, interval", [(1.0, 0.1), (0.2, 1.0)])
-def test_peak_rss_of_300_mb(clean_env, hold, interval):
+def test_peak_rss_of_300_mb(clean_env, samples, hold, interval):
     """A child touching 300 MB raises tree peak RSS by 300 MB (within 10 %), also when the
     peak lasts 0.2 s at a 1 s interval: the kernel's high-water mark keeps it."""
     child = _alloc_child(300, hold)
     try:
-        with monitor(interval=interval) as m:
+        with monitor(interval=interval, endpoint=samples.endpoint) as m:
             child.stdin.write("go\n")
             child.stdin.flush()
             assert child.stdout.readline().strip() == "freed"
-            # let one tick fall after the free, so the peak is seen only through VmHWM
             if interval < 1.0:
-                import time
-                time.sleep(2 * interval)
+                samples.wait(2)  # ticks after the free: the peak is then seen only via VmHWM
     finally:
         child.stdin.close()
         child.wait()
