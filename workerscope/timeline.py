@@ -199,10 +199,11 @@ class Timeline:
         return {
             "version": FILE_VERSION,
             "workers": [dataclasses.asdict(w) for w in self.workers.values()],
-            "jobs": [dataclasses.astuple(j) for j in self.jobs],
-            "spans": [dataclasses.astuple(s) for s in self.spans],
-            "marks": [dataclasses.astuple(m) for m in self.marks],
-            "samples": [dataclasses.astuple(s) for s in self.samples],
+            # Field order as declared; plain tuples (astuple deep-copies every record, 40x slower).
+            "jobs": [_row(j, _JOB_FIELDS) for j in self.jobs],
+            "spans": [_row(s, _SPAN_FIELDS) for s in self.spans],
+            "marks": [_row(m, _MARK_FIELDS) for m in self.marks],
+            "samples": [(s.worker, s.t_ns, s.scope, s.pid, s.values) for s in self.samples],
             "processes": [[w, pid, name] for (w, pid), name in self.processes.items()],
             "threads": [[w, pid, tid, name] for (w, pid, tid), name in self.threads.items()],
         }
@@ -223,6 +224,15 @@ class Timeline:
             )
         except (KeyError, TypeError, ValueError) as err:
             raise WorkerscopeError(f"damaged timeline file: {err!r}") from err
+
+
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+_SPAN_FIELDS = tuple(f.name for f in dataclasses.fields(Span))
+_MARK_FIELDS = tuple(f.name for f in dataclasses.fields(Mark))
+
+
+def _row(record: Any, names: tuple[str, ...]) -> tuple:
+    return tuple(getattr(record, n) for n in names)
 
 
 def out_path(template: str, pid: int, job: int) -> str:

@@ -258,7 +258,8 @@ class Subscriber:
                 self.dropped[frame.worker] = _int(frame.body.get("dropped"))
             elif frame.kind == protocol.PONG:
                 self._on_pong(frame)
-            self._cond.notify_all()
+            if frame.kind in (protocol.JOB_START, protocol.JOB_END, protocol.BYE):
+                self._cond.notify_all()  # what wait() waits for; not every sample
         wid = frame.worker
         if frame.kind == protocol.BYE:
             if self._wants_ping(wid):

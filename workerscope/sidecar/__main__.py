@@ -122,6 +122,7 @@ class Sidecar:
         body: dict[str, Any] = {"t": now, "tree": tree, "procs": procs, "host": self.host.read()}
         if self.gpu is None:
             self.gpu = GpuSampler()  # here, not at start-up: NVML's init can take a while
+            now = time.monotonic_ns()  # and not counted in what a sample costs
         if self.gpu.available:
             gpus, per_pid = self.gpu.read(set(self.tree.members), now)
             body["gpus"] = gpus
@@ -159,7 +160,7 @@ class Sidecar:
         that sample was itself a job edge's, taken less than four sample-costs ago. Jobs of a
         millisecond then cost the sidecar a fraction of a core instead of overrunning it, and
         a job's end after a regular tick always gets its own final sample."""
-        gap = max(4 * self.last_sample_cost_ns, 1_000_000)
+        gap = min(max(4 * self.last_sample_cost_ns, 1_000_000), self.interval_ns // 5)
         return self.last_sample_edge and time.monotonic_ns() - self.last_sample_ns < gap
 
     # -- pipe messages -----------------------------------------------------------------------
@@ -213,7 +214,9 @@ class Sidecar:
                 job.frames.append(self.last_sample)
         else:
             self.sample(every_name=True, flush=True, edge=True)
-        if first:
+        if first and self.next_tick < time.monotonic_ns():
+            # Keep the grid of a previous job if it is still ahead: back-to-back jobs shorter
+            # than the interval would otherwise restart it each time and never see a tick.
             self.next_tick = time.monotonic_ns() + self.interval_ns
 
     def on_spans(self, body: dict[str, Any]) -> None:

@@ -109,8 +109,9 @@ class HostSampler:
             idle, iowait, steal = (now[i] - before[i] for i in (1, 2, 3))
             # idle, iowait and steal (time the hypervisor gave to others) are not busy.
             busy = span - idle - iowait - steal
-            pct = min(max(100.0 * busy / span, 0.0), 100.0) if span > 0 else 0.0
-            out[f"cpu_percent_core{k}"] = pct
+            if span <= 0:
+                continue  # no clock tick on this core since the last reading: no figure
+            out[f"cpu_percent_core{k}"] = min(max(100.0 * busy / span, 0.0), 100.0)
             busy_all += max(busy, 0.0)
             iowait_all += iowait
             steal_all += steal
