@@ -212,7 +212,7 @@ def _attr_column(rows: list[dict[str, float]], key: str, scale: Any, walls: list
             if "n" not in text:  # no "inf" or "nan"
                 return text
         except (TypeError, ValueError):
-            pass
+            text = ""  # an odd value somewhere: the careful loop below handles each one
     out: list[str] = []
     for v, wall in zip(vals, walls):
         if v is None or not isinstance(v, (int, float)) or not math.isfinite(v):
