@@ -8,7 +8,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import threading
 import time
 

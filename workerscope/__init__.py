@@ -8,7 +8,7 @@ from .timeline import Timeline, load
 if TYPE_CHECKING:
     from .client.subscriber import Subscriber
 
-__all__ = sorted(["Subscriber", "Timeline", "load", "mark", "monitor", "profiled", "span", "timed"])
+__all__ = ["Subscriber", "Timeline", "load", "mark", "monitor", "profiled", "span", "timed"]
 __version__ = "0.1.0"
 
 

@@ -25,7 +25,8 @@ import zmq
 from .. import protocol
 from ..errors import ProtocolError, WorkerscopeError
 from ..sidecar.host import boot_id
-from ..timeline import Timeline, TimelineBuilder
+from ..builder import TimelineBuilder
+from ..timeline import Timeline
 
 POLL_MS = 100
 PINGS_AT_HELLO = 5

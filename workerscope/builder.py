@@ -1,0 +1,208 @@
+"""Folding driver frames into a Timeline: the one path used by the sidecar (a job's own
+timeline), the worker (monitor().timeline) and the driver (all workers).
+
+Frames come from the network: every field is checked, and anything wrong becomes a
+ProtocolError for the frame, never a half-added record or a crash of the caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from . import protocol
+from .errors import ProtocolError
+from .timeline import Job, Mark, Sample, Span, Timeline, Worker
+
+
+def _opt(value: Any, kind: type) -> Any:
+    """An optional field of an untrusted frame: None, or a value of `kind` (else ValueError)."""
+    if value is None:
+        return None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ValueError(f"expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _numbers(values: Any) -> dict[str, float]:
+    """A metrics map from an untrusted frame: str keys, finite-or-not numbers, nothing else."""
+    if not isinstance(values, dict):
+        raise ValueError("metric values must be a map")
+    for k, v in values.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise ValueError(f"metric {k!r} is not a number")
+    return dict(values)
+
+
+class TimelineBuilder:
+    """Folds driver frames of any number of workers into one Timeline."""
+
+    def __init__(self) -> None:
+        self.t = Timeline()
+        self._anchor: dict[str, tuple[int, int]] = {}
+        self._boot_anchor: dict[str, tuple[int, int]] = {}
+        self._open_jobs: dict[tuple[str, int], dict[str, Any]] = {}
+        self._roots: dict[str, int] = {}
+
+    def worker(self, wid: str) -> Worker:
+        w = self.t.workers.get(wid)
+        if w is None:
+            w = self.t.workers[wid] = Worker(wid)
+        return w
+
+    def _set_anchor(self, wid: str, anchor: Any, boot_id: Any) -> None:
+        wall, mono = (int(x) for x in anchor)
+        if isinstance(boot_id, str) and boot_id:
+            # Monotonic time is one clock for a whole host (per boot): every worker of that
+            # host maps through the same pair, so their events line up exactly.
+            wall, mono = self._boot_anchor.setdefault(boot_id, (wall, mono))
+        self._anchor[wid] = (wall, mono)
+
+    def _wall(self, wid: str, mono: Any) -> int:
+        anchor = self._anchor.get(wid)
+        if anchor is None:
+            return int(mono)
+        return int(mono) - anchor[1] + anchor[0]
+
+    def add(self, frame: protocol.Frame) -> None:
+        """Fold one frame in. A malformed body raises ProtocolError; nothing is half-added."""
+        handler = getattr(self, f"_on_{frame.kind}", None)
+        if handler is not None:
+            try:
+                handler(frame.worker, frame.body)
+            except Exception as err:  # untrusted input: whatever broke, it is the frame's fault
+                raise ProtocolError(
+                    f"malformed {frame.kind} frame from {frame.worker}: {err!r}") from err
+        self.worker(frame.worker).frames += 1
+
+    def _on_hello(self, wid: str, b: dict[str, Any]) -> None:
+        host, pid = str(b["host"]), int(b["pid"])
+        node, boot = _opt(b.get("node"), str), _opt(b.get("boot_id"), str)
+        sidecar_pid, interval = _opt(b.get("sidecar_pid"), int), _opt(b.get("interval"), float)
+        self._set_anchor(wid, b["anchor"], boot)
+        w = self.worker(wid)
+        w.host, w.node, w.pid = host, node, pid
+        w.sidecar_pid, w.interval, w.boot_id = sidecar_pid, interval, boot
+        self._roots[wid] = w.pid
+
+    def _on_job_start(self, wid: str, b: dict[str, Any]) -> None:
+        if wid not in self._anchor and b.get("anchor"):
+            self._set_anchor(wid, b["anchor"], None)
+        tid = b.get("tid")
+        job = {"id": int(b["job"]), "name": str(b["name"]), "start": self._wall(wid, b["t"]),
+               "pid": int(b["pid"]), "tid": None if tid is None else int(tid)}
+        self._open_jobs[(wid, job["id"])] = job
+
+    def _on_job_end(self, wid: str, b: dict[str, Any]) -> None:
+        job = self._open_jobs.pop((wid, int(b["job"])), None)
+        if job is None:
+            return  # its start was lost: the seq gap is already counted
+        end = self._wall(wid, b["t"])
+        stats = b.get("stats")
+        _append_job(self.t, wid, job, end, str(b.get("status", "ok")), b.get("error"),
+                    _numbers(stats) if stats else None)
+
+    def _on_sample(self, wid: str, b: dict[str, Any]) -> None:
+        t = self._wall(wid, b["t"])
+        root = self._roots.get(wid)
+        names = {int(pid): str(name) for pid, _, name in b.get("new", ())}
+        new: list[Sample] = []
+        if b.get("tree"):
+            new.append(Sample(wid, t, "tree", root, _numbers(b["tree"])))
+        for pid, values in b.get("procs", ()):
+            new.append(Sample(wid, t, "proc", int(pid), _numbers(values)))
+        if b.get("host"):
+            new.append(Sample(wid, t, "host", None, _numbers(b["host"])))
+        for index, values in b.get("gpus", ()):
+            new.append(Sample(wid, t, f"gpu{int(index)}", None, _numbers(values)))
+        notes = [str(n) for n in b.get("notes", ())]
+        # All checked: now add.
+        self.t.samples.extend(new)
+        self.t.processes.update({(wid, pid): name for pid, name in names.items()})
+        have = self.worker(wid).notes
+        have.extend(n for n in notes if n not in have)
+
+    def _on_spans(self, wid: str, b: dict[str, Any]) -> None:
+        pid = int(b["pid"])
+        threads = {(wid, pid, int(tid)): str(name) for tid, name in b.get("threads", ())}
+        spans: list[Span] = []
+        marks: list[Mark] = []
+        for rec in b.get("records", ()):
+            if len(rec) != protocol.RECORD_FIELDS:
+                raise ValueError(f"span record of {len(rec)} fields")
+            rtype, job, sid, parent, name, start, end, tid, attrs, error = rec
+            if attrs is not None and not isinstance(attrs, dict):
+                raise ValueError("span attrs must be a map")
+            job = None if job is None else int(job)
+            if rtype == protocol.RECORD_MARK:
+                marks.append(Mark(wid, job, str(name), self._wall(wid, start), pid, int(tid), attrs))
+            else:
+                spans.append(Span(wid, job, int(sid), None if parent is None else int(parent),
+                                  str(name), self._wall(wid, start), self._wall(wid, end), pid,
+                                  int(tid), attrs, None if error is None else str(error)))
+        self.t.threads.update(threads)
+        self.t.spans.extend(spans)
+        self.t.marks.extend(marks)
+
+    _on_mark = _on_spans
+
+    def _on_bye(self, wid: str, b: dict[str, Any]) -> None:
+        status, dropped = str(b.get("status", "exited")), int(b.get("dropped", 0))
+        errors = [str(e) for e in b.get("errors", ())]
+        w = self.worker(wid)
+        w.status, w.dropped, w.errors = status, dropped, errors
+
+    def snapshot(self) -> tuple[Timeline, list[tuple[str, dict[str, Any]]]]:
+        """Shallow copies of what finish() needs: cheap, to take under a caller's lock."""
+        t = Timeline({k: dataclasses.replace(w) for k, w in self.t.workers.items()},
+                     list(self.t.jobs), list(self.t.spans), list(self.t.marks),
+                     list(self.t.samples), dict(self.t.processes), dict(self.t.threads))
+        return t, [(wid, dict(job)) for (wid, _), job in self._open_jobs.items()]
+
+    def timeline(self, offsets: dict[str, int] | None = None) -> Timeline:
+        """A copy of the timeline so far. A job still open shows as running, or as killed
+        when its worker has already said bye. offsets: worker id -> ns its clock runs ahead of
+        the driver's, taken off every time of that worker."""
+        return self.finish(self.snapshot(), offsets)
+
+    @staticmethod
+    def finish(snapshot: tuple[Timeline, list[tuple[str, dict[str, Any]]]],
+               offsets: dict[str, int] | None = None) -> Timeline:
+        t, open_jobs = snapshot
+        if offsets:
+            _shift(t, offsets)
+        for wid, job in open_jobs:
+            gone = t.workers[wid].status != "running"
+            job = dict(job, start=job["start"] - (offsets or {}).get(wid, 0))
+            _append_job(t, wid, job, t.end_ns if gone else None, "killed" if gone else "running",
+                        None)
+        t.sort()
+        return t
+
+
+def _shift(t: Timeline, offsets: dict[str, int]) -> None:
+    """Move each worker's events by its clock offset onto the driver's clock."""
+    rep = dataclasses.replace
+    t.samples = [rep(s, t_ns=s.t_ns - offsets[s.worker]) if offsets.get(s.worker) else s
+                 for s in t.samples]
+    t.spans = [rep(s, start_ns=s.start_ns - offsets[s.worker], end_ns=s.end_ns - offsets[s.worker])
+               if offsets.get(s.worker) else s for s in t.spans]
+    t.marks = [rep(m, t_ns=m.t_ns - offsets[m.worker]) if offsets.get(m.worker) else m
+               for m in t.marks]
+    t.jobs = [rep(j, start_ns=j.start_ns - offsets[j.worker],
+                  end_ns=None if j.end_ns is None else j.end_ns - offsets[j.worker])
+              if offsets.get(j.worker) else j for j in t.jobs]
+
+
+def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, status: str,
+                error: Any, stats: dict[str, float] | None = None) -> None:
+    """A job is a Job record and also the outermost span of its worker's spans."""
+    err = None if error is None else str(error)
+    t.jobs.append(Job(wid, job["id"], job["name"], job["start"], end, status, err, job["pid"],
+                      job["tid"], stats))
+    t.spans.append(Span(wid, job["id"], job["id"], None, job["name"], job["start"],
+                        end if end is not None else job["start"], job["pid"],
+                        job["tid"] or job["pid"], {"status": status, **(stats or {})},
+                        None if status in ("ok", "running") else (err or status), "job"))
