@@ -171,7 +171,7 @@ class Sidecar:
                                 uss_every_ns=int(max(self.interval, 1.0) * 1e9),
                                 # every regular tick gets a rate; edge samples closer than
                                 # that (or 50 ms) to the last rate wait for the next one
-                                min_rate_ns=int(min(0.05, 0.8 * self.interval) * 1e9))
+                                min_rate_ns=int(min(0.05, 0.5 * self.interval) * 1e9))
         self.host = HostSampler(self.target)
         # /proc has no per-process network bytes. A tree in a network namespace of its own
         # has its own counters; otherwise network is host-wide and labelled so.
