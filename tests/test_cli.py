@@ -105,3 +105,45 @@ def test_demo_writes_trace_with_three_or_more_pids(clean_env, tmp_path):
     names = {s.name for s in t.spans}
     assert {"burn_cpu", "hold_memory", "write_file", "io", "helper_process", "task"} <= names
     assert len(t.jobs) == 6 and all(j.status == "ok" for j in t.jobs)
+
+
+def test_attach_to_a_running_tree(clean_env, tmp_path):
+    """`attach PID` samples a tree that was already running, its children included, until the
+    process exits."""
+    out = tmp_path / "a.wsc"
+    target = subprocess.Popen(python_script(f"""
+        import subprocess, sys
+        sys.stdin.readline()
+        kid = subprocess.Popen([sys.executable, "-c", {burn_code(0.6)!r}])
+        print(kid.pid, flush=True)
+        kid.wait()
+    """), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    attach = subprocess.Popen([sys.executable, "-m", "workerscope", "attach", str(target.pid),
+                               "--interval", "0.1", "-o", str(out)], stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        assert "sampling" in attach.stderr.readline()  # the sidecar is up: start the work
+        target.stdin.write("go\n")
+        target.stdin.flush()
+        kid = int(target.stdout.readline())
+        target.wait(timeout=30)
+        _, stderr = attach.communicate(timeout=30)
+    finally:
+        for p in (target, attach):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert attach.returncode == 0, stderr
+    t = load(out)
+    pids = {s.pid for s in t.samples if s.scope == "proc"}
+    assert {target.pid, kid} <= pids
+    (job,) = t.jobs
+    assert job.name.startswith(f"attach {target.pid}")
+    tree = [s.values for s in t.samples if s.scope == "tree"]
+    assert max(v.get("cpu_percent", 0) for v in tree) > 50
+
+
+def test_attach_to_nothing_is_a_clear_error():
+    """Attaching to a pid that does not exist says so, exit status 2."""
+    r = run_cli("attach", "4194000")
+    assert r.returncode == 2 and "no process 4194000" in r.stderr

@@ -1,4 +1,4 @@
-"""workerscope's command line: run | listen | report | demo."""
+"""workerscope's command line: run | attach | listen | report | demo."""
 
 from __future__ import annotations
 
@@ -92,6 +92,75 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = args.output or f"workerscope-{child.pid}.json"
     _save(timeline, out, f"workerscope-{child.pid}")
     return code
+
+
+def _wait_exit(pid: int, seconds: float | None) -> bool:
+    """Wait until pid exits (True) or `seconds` pass (False). Works for processes that are not
+    our children, through a pidfd where the kernel has them."""
+    import select
+
+    deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step = 0.5 if left is None else min(0.5, left)  # short steps: Ctrl-C is seen at once
+            if fd is not None:
+                if select.select([fd], [], [], step)[0]:
+                    return True
+            else:
+                threading.Event().wait(step)
+                if not os.path.exists(f"/proc/{pid}"):
+                    return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    """Sample a process tree that is already running, until it exits, --duration passes or
+    Ctrl-C; then write the timeline."""
+    from .sidecar.launcher import SidecarLink
+    from .timeline import Timeline
+
+    if not os.path.exists(f"/proc/{args.pid}"):
+        raise WorkerscopeError(f"no process {args.pid}")
+    config = resolve(interval=args.interval, endpoint=args.endpoint, node=args.node)
+    link = SidecarLink(config)
+    link.spawn()
+    link.handshake(args.pid)
+    name = _process_name(args.pid)
+    link.job_start(1, f"attach {args.pid} ({name})", None)
+    print(f"workerscope: sampling {args.pid} ({name}) and its children every "
+          f"{config.interval:g} s; Ctrl-C stops", file=sys.stderr, flush=True)
+    exited = False
+    try:
+        exited = _wait_exit(args.pid, args.duration)
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+    try:
+        frames = link.job_end(1, "ok", None if not exited else "the process exited", True) or []
+    except WorkerscopeError as err:
+        print(f"workerscope: sampling lost at the end: {err}", file=sys.stderr)
+        frames = []
+    finally:
+        link.close(wait=True)
+    _save(Timeline.from_frames(frames), args.output or f"workerscope-{args.pid}.json",
+          f"workerscope-{args.pid}")
+    return 0
+
+
+def _process_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
 
 
 def _save(timeline, out: str, stem: str) -> None:  # type: ignore[no-untyped-def]
@@ -217,6 +286,16 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--node", help="node name recorded with the samples")
     run.add_argument("cmd", nargs=argparse.REMAINDER)
     run.set_defaults(func=cmd_run)
+    attach = sub.add_parser("attach", help="sample a process tree that is already running",
+                            description="Samples PID and its descendants until PID exits, "
+                                        "--duration passes or Ctrl-C, then writes the timeline.")
+    attach.add_argument("pid", type=int)
+    attach.add_argument("--interval", type=float, default=None, help="seconds between samples")
+    attach.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    attach.add_argument("-o", "--output", help="timeline file, .json, .html, .csv or .wsc")
+    attach.add_argument("--endpoint", help="also stream to a listening driver at this address")
+    attach.add_argument("--node", help="node name recorded with the samples")
+    attach.set_defaults(func=cmd_attach)
     listen = sub.add_parser("listen", help="collect the streams of many workers")
     listen.add_argument("--bind", default="tcp://127.0.0.1:0",
                         help="address to listen on (default: a free loopback port)")
