@@ -35,9 +35,10 @@ def test_samples_cover_tree_host_and_processes(clean_env):
     assert most >= 2 and tree[-1].values["num_procs"] == most - 1, "the reaped child left"
     assert {"cpu_user_s", "cpu_system_s", "rss_bytes", "num_threads"} <= set(tree[-1].values)
     assert all("cpu_percent" in s.values for s in tree[1:-1]), "a rate on every regular tick"
-    host = [s for s in t.samples if s.scope == "host"][-1].values
-    assert "cpu_percent_core0" in host and host["mem_available_bytes"] > 0
-    assert "net_sent_bytes" in host
+    hosts = [s.values for s in t.samples if s.scope == "host"]
+    # a per-core figure needs a clock tick on that core since the last reading: most have one
+    assert sum("cpu_percent_core0" in h for h in hosts) >= len(hosts) // 2
+    assert hosts[-1]["mem_available_bytes"] > 0 and "net_sent_bytes" in hosts[-1]
     assert t.processes[(worker.id, child.pid)] in ("python", "python3", os.path.basename(sys.executable))
 
 

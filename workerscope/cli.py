@@ -94,9 +94,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
-def _wait_exit(pid: int, seconds: float | None) -> bool:
-    """Wait until pid exits (True) or `seconds` pass (False). Works for processes that are not
-    our children, through a pidfd where the kernel has them."""
+def _wait_exit(pid: int, seconds: float | None, stop: threading.Event) -> bool:
+    """Wait until pid exits (True), or `seconds` pass or `stop` is set (False). Works for
+    processes that are not our children, through a pidfd where the kernel has them."""
     import select
 
     deadline = None if seconds is None else time.monotonic() + seconds
@@ -115,7 +115,7 @@ def _wait_exit(pid: int, seconds: float | None) -> bool:
                 threading.Event().wait(step)
                 if not os.path.exists(f"/proc/{pid}"):
                     return True
-            if deadline is not None and time.monotonic() >= deadline:
+            if stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 return False
     finally:
         if fd is not None:
@@ -138,10 +138,12 @@ def cmd_attach(args: argparse.Namespace) -> int:
     link.job_start(1, f"attach {args.pid} ({name})", None)
     print(f"workerscope: sampling {args.pid} ({name}) and its children every "
           f"{config.interval:g} s; Ctrl-C stops", file=sys.stderr, flush=True)
-    exited = False
+    stop = _stop_on_ctrl_c()
     try:
-        exited = _wait_exit(args.pid, args.duration)
-    except KeyboardInterrupt:
+        exited = _wait_exit(args.pid, args.duration, stop)
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if stop.is_set():
         print("stopped", file=sys.stderr)
     try:
         frames = link.job_end(1, "ok", None if not exited else "the process exited", True) or []
@@ -197,32 +199,45 @@ def cmd_listen(args: argparse.Namespace) -> int:
 
     quiet = args.quiet or args.live
     sub = Subscriber(args.bind, on_frame=None if quiet else on_frame)
-    with sub:
-        print(f"listening on {sub.endpoint}", flush=True)
-        try:
+    stop = _stop_on_ctrl_c()
+    try:
+        with sub:
+            print(f"listening on {sub.endpoint}", flush=True)
             if args.live:
-                _live(sub, args.jobs)
-            elif args.jobs is None:
-                threading.Event().wait()  # until Ctrl-C
+                _live(sub, args.jobs, stop)
             else:
-                while not sub.wait(jobs=args.jobs, timeout=0.5):
-                    continue  # short waits, so Ctrl-C is seen at once
-        except KeyboardInterrupt:
-            print("stopped", file=sys.stderr)
-        # Everything received so far is in the timeline, Ctrl-C or not.
-        timeline = sub.timeline()
+                while not stop.is_set():
+                    if args.jobs is not None and sub.wait(jobs=args.jobs, timeout=0.5):
+                        break
+                    if args.jobs is None:
+                        stop.wait(0.5)
+            if stop.is_set():
+                print("stopped", file=sys.stderr)
+            # Everything received so far is in the timeline, Ctrl-C or not.
+            timeline = sub.timeline()
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.output:
         _save(timeline, args.output, f"workerscope-listen-{os.getpid()}")
     return 0
 
 
-def _live(sub, jobs: int | None) -> None:  # type: ignore[no-untyped-def]
-    """Redraw the live view about once a second until `jobs` jobs ended (or Ctrl-C)."""
+def _stop_on_ctrl_c() -> threading.Event:
+    """Ctrl-C sets an event instead of raising KeyboardInterrupt wherever the main thread
+    happens to be (inside a lock, say), and every wait has a timeout so the main thread sees
+    it even when the signal lands on another thread."""
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    return stop
+
+
+def _live(sub, jobs: int | None, stop: threading.Event) -> None:  # type: ignore[no-untyped-def]
+    """Redraw the live view about once a second until `jobs` jobs ended, or Ctrl-C."""
     import shutil
 
     from .client.live import CLEAR, render
 
-    while True:
+    while not stop.is_set():
         width = shutil.get_terminal_size((100, 24)).columns
         screen = render(sub.live(), sub.endpoint, width, sub.jobs_ended)
         sys.stdout.write((CLEAR if sys.stdout.isatty() else "") + screen)
@@ -231,7 +246,7 @@ def _live(sub, jobs: int | None) -> None:  # type: ignore[no-untyped-def]
             sys.stdout.write(render(sub.live(), sub.endpoint, width, sub.jobs_ended))
             return
         if jobs is None:
-            threading.Event().wait(1.0)
+            stop.wait(1.0)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
