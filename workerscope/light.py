@@ -18,6 +18,7 @@ from typing import Any
 
 from . import protocol, spans
 from .config import Config
+from .procfs import read_io, read_net_dev
 
 
 def _read(path: str) -> bytes | None:
@@ -54,27 +55,10 @@ def _status() -> dict[bytes, int]:
 
 
 def _io() -> dict[str, int]:
-    data = _read("/proc/self/io") or b""
-    out = {}
-    for line in data.split(b"\n"):
-        key, _, value = line.partition(b":")
-        if key in (b"read_bytes", b"write_bytes", b"rchar", b"wchar"):
-            out[key.decode()] = int(value)
-    return out
-
-
-def _net() -> tuple[int, int] | None:
-    """(sent, received) bytes over all interfaces of this network namespace."""
-    data = _read("/proc/self/net/dev")
-    if data is None:
-        return None
-    sent = recv = 0
-    for line in data.split(b"\n")[2:]:
-        cols = line.partition(b":")[2].split()
-        if len(cols) >= 9:
-            recv += int(cols[0])
-            sent += int(cols[8])
-    return sent, recv
+    try:
+        return read_io("self")
+    except OSError:
+        return {}
 
 
 def _reset_peak() -> bool:
@@ -96,7 +80,7 @@ class Reading:
         self.own = resource.getrusage(resource.RUSAGE_SELF)
         self.children = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.io = _io()
-        self.net = _net()
+        self.net = read_net_dev("self")
         self.cores = _cores()
         self.wall = time.perf_counter()
 
@@ -124,13 +108,12 @@ def stats(start: Reading, end: Reading, peak_reset: bool) -> dict[str, float]:
                 pcts.append(pct)
         if pcts:
             out["host_cpu_percent"] = sum(pcts) / len(pcts)
-    for key, name in (("read_bytes", "read_bytes"), ("write_bytes", "write_bytes"),
-                      ("rchar", "read_chars"), ("wchar", "write_chars")):
+    for key in ("read_bytes", "write_bytes", "read_chars", "write_chars"):
         if key in start.io and key in end.io:
-            out[name] = end.io[key] - start.io[key]
+            out[key] = end.io[key] - start.io[key]
     if start.net and end.net:
-        out["host_net_sent_bytes"] = end.net[0] - start.net[0]
-        out["host_net_recv_bytes"] = end.net[1] - start.net[1]
+        out["host_net_sent_bytes"] = end.net["net_sent_bytes"] - start.net["net_sent_bytes"]
+        out["host_net_recv_bytes"] = end.net["net_recv_bytes"] - start.net["net_recv_bytes"]
     status = _status()
     if b"VmRSS" in status:
         out["rss_bytes"] = status[b"VmRSS"]
@@ -152,7 +135,9 @@ class _Sender:
 
     def __init__(self, config: Config) -> None:
         from .sidecar.host import boot_id
-        from .sidecar.outbox import Outbox  # zmq only for those who asked for an endpoint
+        from .sidecar.outbox import (
+            Outbox,  # zmq only for those who asked for an endpoint
+        )
 
         self.config = config
         host = socket.gethostname()

@@ -23,9 +23,9 @@ import psutil
 import zmq
 
 from .. import protocol
+from ..builder import TimelineBuilder
 from ..errors import ProtocolError, WorkerscopeError
 from ..sidecar.host import boot_id
-from ..builder import TimelineBuilder
 from ..timeline import Timeline
 
 POLL_MS = 100

@@ -21,9 +21,10 @@ import zmq
 
 from .. import protocol
 from ..errors import ProtocolError, WorkerscopeError
+from ..procfs import read_net_dev
 from .aggregate import Aggregator
 from .gpu import GpuSampler
-from .host import HostSampler, boot_id, net_namespace, read_net_dev
+from .host import HostSampler, boot_id, net_namespace
 from .outbox import SEND_HWM, Outbox
 from .tree import ProcessTree
 

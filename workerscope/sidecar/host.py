@@ -65,26 +65,6 @@ def net_namespace(pid: int) -> int | None:
         return None
 
 
-def read_net_dev(pid: int) -> dict[str, float] | None:
-    """Bytes and packets summed over the interfaces of pid's network namespace."""
-    totals = [0, 0, 0, 0]
-    try:
-        with open(f"/proc/{pid}/net/dev") as f:
-            lines = f.readlines()[2:]
-    except OSError:
-        return None
-    for line in lines:
-        _, _, data = line.partition(":")
-        cols = data.split()
-        if len(cols) >= 10:
-            totals[0] += int(cols[0])  # rx bytes
-            totals[1] += int(cols[1])  # rx packets
-            totals[2] += int(cols[8])  # tx bytes
-            totals[3] += int(cols[9])  # tx packets
-    return {"net_recv_bytes": totals[0], "net_recv_packets": totals[1],
-            "net_sent_bytes": totals[2], "net_sent_packets": totals[3]}
-
-
 class HostSampler:
     def __init__(self, pid: int | None = None) -> None:
         self._last_cores: list[tuple[float, ...]] | None = None

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from ..procfs import read_io
+
 _HAVE_CHILDREN_FILE = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
 # Counters that only grow; a member that leaves keeps its share in the tree total.
@@ -84,23 +86,6 @@ def _stat(pid: int) -> tuple[float, float, float, float, int, int, int]:
 def _name(pid: int) -> str:
     with open(f"/proc/{pid}/comm", "rb") as f:
         return f.read().decode(errors="replace").strip()
-
-
-def _io(pid: int) -> dict[str, int]:
-    """Storage and character IO from /proc/PID/io (PermissionError for others' processes)."""
-    with open(f"/proc/{pid}/io", "rb") as f:
-        lines = f.read().split(b"\n")
-    out = {}
-    for line in lines:
-        key, _, value = line.partition(b":")
-        name = _IO_FIELDS.get(key)
-        if name is not None:
-            out[name] = int(value)
-    return out
-
-
-_IO_FIELDS = {b"read_bytes": "read_bytes", b"write_bytes": "write_bytes", b"rchar": "read_chars",
-              b"wchar": "write_chars"}
 
 
 def reset_peak(pid: int) -> bool:
@@ -252,7 +237,7 @@ class ProcessTree:
             values["rss_bytes"] = rss
             values.update(status)
             try:
-                m.counters.update(_io(pid))
+                m.counters.update(read_io(pid))
             except (PermissionError, FileNotFoundError, ProcessLookupError) as err:
                 if isinstance(err, PermissionError):
                     self.unreadable.add(pid)
