@@ -59,6 +59,7 @@ import zmq  # noqa: E402
 import workerscope  # noqa: E402
 from workerscope import protocol  # noqa: E402
 from workerscope.sidecar.__main__ import METRICS  # noqa: E402
+from workerscope.sidecar.host import boot_id  # noqa: E402
 from workerscope.sidecar.launcher import close_all  # noqa: E402
 
 SENDERS = (1, 8, 64)
@@ -69,14 +70,6 @@ ROUND_TIMEOUT = 60.0
 LATENCY_S = 4.0
 LATENCY_INTERVAL = 0.01
 FLOOR = "raw ROUTER + unpackb"
-
-
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 # -- the frames -----------------------------------------------------------------------------
@@ -112,7 +105,7 @@ def build_frames(n: int, target: int, sidecar: int) -> tuple[str, list[bytes]]:
     host = socket.gethostname()
     wid = f"{host}:{target}:{sidecar}"
     hello = {"node": None, "host": host, "pid": target, "sidecar_pid": sidecar,
-             "interval": 0.01, "anchor": protocol.clock_anchor(), "boot_id": _boot_id(),
+             "interval": 0.01, "anchor": protocol.clock_anchor(), "boot_id": boot_id(),
              "metrics": METRICS, "net_scope": "host"}
     frames = [protocol.encode_frame(protocol.HELLO, wid, 0, hello)]
     pids = [target + k for k in range(PROCS)]
