@@ -89,7 +89,9 @@ def test_profiled_survives_sidecar_death_and_restarts_it(clean_env, tmp_path):
     killer = profiled(_kill_own_sidecar_then, mode="heavy", interval=0.05, out=str(out))
     assert killer(4) == job(4)
     assert first.returncode == -signal.SIGKILL
-    lost = [load(f) for f in tmp_path.glob("lost-*.wsc")]
+    files = sorted(f.name for f in tmp_path.glob("lost-*.wsc"))
+    assert "lost-{job}.wsc" not in files, "the placeholder is filled in by the worker too"
+    lost = [load(tmp_path / f) for f in files]
     statuses = sorted(next(iter(t.workers.values())).status for t in lost)
     assert statuses == ["running", "sidecar_lost"]
     crunched = [t for t in lost if next(iter(t.workers.values())).status == "sidecar_lost"][0]

@@ -12,8 +12,7 @@ from typing import Any, Callable, TypeVar, overload
 
 from . import light, protocol, spans
 from .config import Config, env_names, resolve
-from .errors import WorkerscopeError
-from .timeline import Job, Span, Timeline, Worker
+from .timeline import Job, Span, Timeline, Worker, out_path
 
 F = TypeVar("F", bound=Callable[..., Any])
 _ENV_VARS = tuple(env_names().values())
@@ -227,10 +226,14 @@ class _HeavyJob:
                 self.buffer = self.link.buffer
         self.timeline = self._lost_timeline(status, error)
         if self.config.out:
+            # The sidecar would have written this file; with it gone, the worker does, under
+            # the same name ({pid}, {job}, {host} filled in the same way).
+            path = self.config.out
             try:
-                self.timeline.save(self.config.out)
-            except (OSError, WorkerscopeError) as err:
-                _warn(f"could not write {self.config.out}: {err}")
+                path = out_path(self.config.out, pid=os.getpid(), job=self.job)
+                self.timeline.save(path)
+            except Exception as err:  # monitoring must never break the job it watches
+                _warn(f"could not write {path}: {err!r}")
 
     def _lost_timeline(self, status: str, error: str | None) -> Timeline:
         """What the worker alone still knows when its sidecar is gone: the job and its
