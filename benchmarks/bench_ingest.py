@@ -58,9 +58,9 @@ import zmq  # noqa: E402
 
 import workerscope  # noqa: E402
 from workerscope import protocol  # noqa: E402
-from workerscope.sidecar.__main__ import METRICS  # noqa: E402
-from workerscope.sidecar.host import boot_id  # noqa: E402
-from workerscope.sidecar.launcher import close_all  # noqa: E402
+from workerscope.sidecar.service import METRICS  # noqa: E402
+from workerscope.procfs import boot_id  # noqa: E402
+from workerscope.worker.link import close_all  # noqa: E402
 
 SENDERS = (1, 8, 64)
 FRAMES = 24_000  # sample frames per round, shared among the senders
@@ -265,7 +265,7 @@ def round_subscriber(senders: Senders, k: int, round_no: int, use_wait: bool
 # -- latency --------------------------------------------------------------------------------
 BUSY_WORKER = r"""
 import sys, time, workerscope
-from workerscope.sidecar.launcher import close_all
+from workerscope.worker.link import close_all
 with workerscope.monitor(interval=float(sys.argv[2]), endpoint=sys.argv[1]):
     end = time.monotonic() + float(sys.argv[3])
     x = 0

@@ -35,7 +35,7 @@ for _var in [v for v in os.environ if v.startswith("WORKERSCOPE_")]:
 import psutil  # noqa: E402
 
 import workerscope  # noqa: E402
-from workerscope.sidecar.launcher import close_all  # noqa: E402
+from workerscope.worker.link import close_all  # noqa: E402
 
 FRESH_RUNS = 5
 REPEATS = 5
@@ -46,7 +46,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import psutil
 import workerscope
-from workerscope.sidecar.launcher import close_all
+from workerscope.worker.link import close_all
 t1 = time.perf_counter()
 
 def noop():

@@ -52,7 +52,7 @@ for _var in [v for v in os.environ if v.startswith("WORKERSCOPE_")]:
 import psutil  # noqa: E402
 
 from workerscope.export.chrome import to_chrome  # noqa: E402
-from workerscope.export.csv_samples import to_csv  # noqa: E402
+from workerscope.export.csv import to_csv  # noqa: E402
 from workerscope.export.html import MAX_SPANS, to_html  # noqa: E402
 from workerscope.export.terminal import report  # noqa: E402
 from workerscope.timeline import Job, Mark, Sample, Span, Timeline, Worker, load  # noqa: E402

@@ -29,7 +29,7 @@ for _var in [v for v in os.environ if v.startswith("WORKERSCOPE_")]:
 import psutil  # noqa: E402
 
 import workerscope  # noqa: E402
-from workerscope.sidecar.launcher import close_all  # noqa: E402
+from workerscope.worker.link import close_all  # noqa: E402
 
 N = 200_000
 REPEATS = 5

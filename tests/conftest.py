@@ -12,8 +12,9 @@ import threading
 import psutil
 import pytest
 
-from workerscope import Subscriber, light, protocol
-from workerscope.sidecar import launcher
+from workerscope import Subscriber, protocol
+from workerscope.worker import light
+from workerscope.worker import link as launcher
 
 
 def _is_mp_helper(p: psutil.Process) -> bool:

@@ -19,7 +19,7 @@ from conftest import python_script
 from jobs import job
 
 from workerscope import Subscriber, monitor, profiled, protocol
-from workerscope.sidecar import launcher
+from workerscope.worker import link as launcher
 
 TESTS = os.path.dirname(__file__)
 
@@ -102,7 +102,7 @@ def test_stale_then_alive_then_dead(clean_env):
             import os, sys; sys.path.insert(0, {TESTS!r})
             from jobs import job
             from workerscope import monitor
-            from workerscope.sidecar import launcher
+            from workerscope.worker import link as launcher
             with monitor(interval=0.5, endpoint={sub.endpoint!r}):
                 job(1)
             print(next(iter(launcher._links.values())).proc.pid, flush=True)

@@ -16,7 +16,7 @@ from conftest import python_script
 from jobs import job, load_rows
 
 from workerscope import Subscriber, load, monitor, profiled, protocol
-from workerscope.sidecar import launcher
+from workerscope.worker import link as launcher
 
 TESTS = os.path.dirname(__file__)
 

@@ -10,7 +10,7 @@ import threading
 from conftest import burn_code
 
 from workerscope import Subscriber, load, monitor, protocol, timed
-from workerscope.sidecar import launcher
+from workerscope.worker import link as launcher
 
 
 @timed

@@ -18,7 +18,7 @@ from jobs import load_rows
 
 from workerscope import Subscriber, load, monitor, profiled, protocol, span, timed
 from workerscope.errors import ConfigError
-from workerscope.sidecar import launcher
+from workerscope.worker import link as launcher
 
 TESTS = os.path.dirname(__file__)
 
@@ -94,7 +94,7 @@ def test_sigpipe_default_worker_survives_dead_sidecar(clean_env):
         sys.path.insert(0, {TESTS!r})
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         from workerscope import monitor
-        from workerscope.sidecar import launcher
+        from workerscope.worker import link as launcher
         from jobs import load_rows
         with monitor(interval=0.05) as m:
             link = next(iter(launcher._links.values()))

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from workerscope import mark, monitor, span, spans, timed
+from workerscope import mark, monitor, span, timed
+from workerscope.worker import recorder as spans
 
 
 @timed

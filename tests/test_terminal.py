@@ -9,7 +9,7 @@ import os
 from conftest import run_cli
 
 from workerscope import Timeline
-from workerscope.export.csv_samples import to_csv
+from workerscope.export.csv import to_csv
 from workerscope.export.terminal import gantt, report
 from workerscope.timeline import Job, Sample, Span, Worker
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from workerscope import Timeline, load, protocol
+from workerscope.builder import build
 from workerscope.errors import WorkerscopeError
 from workerscope.export.chrome import to_chrome
 from workerscope.timeline import Sample, Span, Worker
@@ -38,7 +39,7 @@ def test_two_workers_share_one_wall_axis():
     a = frames_of_worker("a", "h1", 11, wall=1_000_000, mono=0, records=[rec])
     rec_b = (protocol.RECORD_SPAN, 1, 2, 1, "f", 50_200, 50_300, 11, None, None)
     b = frames_of_worker("b", "h2", 11, wall=1_000_000, mono=50_000, records=[rec_b])
-    t = Timeline.from_frames(a + b)
+    t = build(a + b)
     fa, fb = (s for s in t.spans if s.name == "f")
     assert fa.start_ns == fb.start_ns == 1_000_200
     assert {s.t_ns for s in t.samples} == {1_000_500}
@@ -47,7 +48,7 @@ def test_two_workers_share_one_wall_axis():
 
 def test_wsc_round_trip(tmp_path):
     """save(.wsc) then load gives back an equal timeline."""
-    t = Timeline.from_frames(frames_of_worker(
+    t = build(frames_of_worker(
         "w", "h", 5, 10**18, 0, records=[(0, 1, 2, 1, "f", 200, 300, 5, {"k": [1, 2]}, "ValueError")]))
     path = t.save(tmp_path / "t.wsc")
     back = load(path)
@@ -61,7 +62,7 @@ def test_load_refuses_what_it_cannot_read(tmp_path):
     for name in ("bad.wsc", "other.wsc", "x.json"):
         with pytest.raises(WorkerscopeError):
             load(tmp_path / name)
-    with pytest.raises(WorkerscopeError, match="use .wsc, .json"):
+    with pytest.raises(WorkerscopeError, match="use one of .*.json.*.wsc"):
         Timeline().save(tmp_path / "t.txt")
 
 

@@ -8,7 +8,7 @@ ProtocolError for the frame, never a half-added record or a crash of the caller.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Iterable
 
 from . import protocol
 from .errors import ProtocolError
@@ -130,18 +130,21 @@ class TimelineBuilder:
         spans: list[Span] = []
         marks: list[Mark] = []
         for rec in b.get("records", ()):
-            if len(rec) != protocol.RECORD_FIELDS:
-                raise ValueError(f"span record of {len(rec)} fields")
-            rtype, job, sid, parent, name, start, end, tid, attrs, error = rec
-            if attrs is not None and not isinstance(attrs, dict):
+            if not isinstance(rec, list) or len(rec) != protocol.RECORD_FIELDS:
+                raise ValueError("a span record is an array of "
+                                 f"{protocol.RECORD_FIELDS} fields")
+            r = protocol.SpanRecord._make(rec)
+            if r.attrs is not None and not isinstance(r.attrs, dict):
                 raise ValueError("span attrs must be a map")
-            job = None if job is None else int(job)
-            if rtype == protocol.RECORD_MARK:
-                marks.append(Mark(wid, job, str(name), self._wall(wid, start), pid, int(tid), attrs))
+            job = None if r.job is None else int(r.job)
+            if r.kind == protocol.RECORD_MARK:
+                marks.append(Mark(wid, job, str(r.name), self._wall(wid, r.start_ns), pid,
+                                  int(r.tid), r.attrs))
             else:
-                spans.append(Span(wid, job, int(sid), None if parent is None else int(parent),
-                                  str(name), self._wall(wid, start), self._wall(wid, end), pid,
-                                  int(tid), attrs, None if error is None else str(error)))
+                spans.append(Span(wid, job, int(r.id), None if r.parent is None else int(r.parent),
+                                  str(r.name), self._wall(wid, r.start_ns),
+                                  self._wall(wid, r.end_ns), pid, int(r.tid), r.attrs,
+                                  None if r.error is None else str(r.error)))
         self.t.threads.update(threads)
         self.t.spans.extend(spans)
         self.t.marks.extend(marks)
@@ -206,3 +209,11 @@ def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, sta
                         end if end is not None else job["start"], job["pid"],
                         job["tid"] or job["pid"], {"status": status, **(stats or {})},
                         None if status in ("ok", "running") else (err or status), "job"))
+
+
+def build(frames: Iterable[bytes]) -> Timeline:
+    """The Timeline of encoded driver frames (a job's frames from its sidecar, a record)."""
+    builder = TimelineBuilder()
+    for data in frames:
+        builder.add(protocol.decode_frame(data))
+    return builder.timeline()

@@ -50,7 +50,8 @@ def _end(link, child) -> list[bytes]:  # type: ignore[no-untyped-def]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .sidecar.launcher import SidecarLink
+    from .worker.link import SidecarLink
+    from .builder import build
     from .timeline import Timeline
 
     if not args.cmd:
@@ -88,7 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     code = _shell_code(rc)
     if link is None:
         return code
-    timeline = Timeline.from_frames(frames)
+    timeline = build(frames)
     out = args.output or f"workerscope-{child.pid}.json"
     _save(timeline, out, f"workerscope-{child.pid}")
     return code
@@ -125,7 +126,8 @@ def _wait_exit(pid: int, seconds: float | None, stop: threading.Event) -> bool:
 def cmd_attach(args: argparse.Namespace) -> int:
     """Sample a process tree that is already running, until it exits, --duration passes or
     Ctrl-C; then write the timeline."""
-    from .sidecar.launcher import SidecarLink
+    from .worker.link import SidecarLink
+    from .builder import build
     from .timeline import Timeline
 
     if not os.path.exists(f"/proc/{args.pid}"):
@@ -152,7 +154,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
         frames = []
     finally:
         link.close(wait=True)
-    _save(Timeline.from_frames(frames), args.output or f"workerscope-{args.pid}.json",
+    _save(build(frames), args.output or f"workerscope-{args.pid}.json",
           f"workerscope-{args.pid}")
     return 0
 
@@ -180,7 +182,7 @@ def _save(timeline, out: str, stem: str) -> None:  # type: ignore[no-untyped-def
 
 
 def cmd_listen(args: argparse.Namespace) -> int:
-    from .client.subscriber import Subscriber
+    from .driver.subscriber import Subscriber
     from .export.terminal import frame_line
 
     lost_seen: dict[str, int] = {}
@@ -235,7 +237,7 @@ def _live(sub, jobs: int | None, stop: threading.Event) -> None:  # type: ignore
     """Redraw the live view about once a second until `jobs` jobs ended, or Ctrl-C."""
     import shutil
 
-    from .client.live import CLEAR, render
+    from .export.live import CLEAR, render
 
     while not stop.is_set():
         width = shutil.get_terminal_size((100, 24)).columns

@@ -113,3 +113,16 @@ def resolve(environ: Mapping[str, str] | None = None, **given: object) -> Config
             f"endpoint must be a ZeroMQ address like tcp://HOST:PORT or ipc:///path, got {endpoint!r}"
         )
     return Config(**values)  # type: ignore[arg-type]
+
+
+def to_dict(config: Config) -> dict[str, object]:
+    """The settings as plain values, for the pipe hello to the sidecar."""
+    return dataclasses.asdict(config)
+
+
+def config_from_dict(values: Mapping[str, object]) -> Config:
+    """The inverse of to_dict, validated as resolve() validates arguments; the environment is
+    not read again (the worker already applied it)."""
+    if not isinstance(values, Mapping):
+        raise ConfigError("settings must be a map")
+    return resolve(environ={}, **{k: v for k, v in values.items() if k in _ENV})

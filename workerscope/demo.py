@@ -11,8 +11,9 @@ import sys
 import tempfile
 import time
 
-from .client.subscriber import Subscriber
-from .decorators import mark, profiled, span, timed
+from .driver.subscriber import Subscriber
+from .worker.instruments import mark, span, timed
+from .worker.jobs import profiled
 from .timeline import Timeline
 
 

@@ -13,6 +13,7 @@ allocates past the size cap: msgpack bounds every container by the length of the
 
 from __future__ import annotations
 
+import enum
 import struct
 import time
 from typing import Any, NamedTuple
@@ -50,17 +51,82 @@ TIMELINE = "timeline"
 CLOSE = "close"
 PIPE_KINDS = frozenset({HELLO, READY, JOB_START, SPANS, JOB_END, TIMELINE, CLOSE})
 
-# Span records inside spans/mark bodies are tuples, not maps, to keep the worker's hot path cheap:
-# (kind, job, id, parent, name, start_ns, end_ns, tid, attrs, error)
+
+
+class Status(str, enum.Enum):
+    """How a worker or a job stands. Workers: running, then exited (closed cleanly), ended
+    (its sidecar ended without a job open), killed (it died inside a job), sidecar_lost; a
+    driver adds stale (silent past stale_after) and dead (gone from this host without a bye).
+    Jobs: running, ok, error, killed."""
+
+    RUNNING = "running"
+    OK = "ok"
+    ERROR = "error"
+    KILLED = "killed"
+    EXITED = "exited"
+    ENDED = "ended"
+    SIDECAR_LOST = "sidecar_lost"
+    STALE = "stale"
+    DEAD = "dead"
+
+    # The plain string wherever it is printed, formatted or written.
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+# Span records inside spans/mark bodies are tuples on the wire, not maps, to keep the worker's
+# hot path cheap; SpanRecord names their fields for every reader.
 RECORD_SPAN = 0
 RECORD_MARK = 1
-RECORD_FIELDS = 10
+
+
+class SpanRecord(NamedTuple):
+    kind: int  # RECORD_SPAN or RECORD_MARK
+    job: int | None
+    id: int
+    parent: int | None
+    name: str
+    start_ns: int  # monotonic
+    end_ns: int  # monotonic; a mark's equals its start
+    tid: int
+    attrs: dict[str, Any] | None
+    error: str | None
+
+
+RECORD_FIELDS = len(SpanRecord._fields)
 MAX_RECORDS_PER_FRAME = 10_000
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 # The pipe joins a worker to its own sidecar, and carries a whole job's frames back at its end.
 MAX_PIPE_BYTES = 1024 * 1024 * 1024
 _LEN = struct.Struct(">I")
+
+
+class WorkerId(NamedTuple):
+    """A worker id's parts: `[node/]host:pid:sidecar`, sidecar a pid, "light" or "lost"."""
+
+    node: str | None
+    host: str
+    pid: int
+    sidecar: str
+
+
+def worker_id(host: str, pid: int, sidecar: int | str, node: str | None = None) -> str:
+    """The id a worker's frames carry: its sidecar's pid, or "light" (light mode, no sidecar)
+    or "lost" (the worker's own timeline after its sidecar died)."""
+    return f"{node}/{host}:{pid}:{sidecar}" if node else f"{host}:{pid}:{sidecar}"
+
+
+def parse_worker_id(wid: str) -> WorkerId:
+    """The parts of a worker id; for an id of another shape, the whole id as host."""
+    node, _, rest = wid.rpartition("/")
+    host, _, tail = rest.partition(":")
+    pid_text, _, sidecar = tail.partition(":")
+    try:
+        pid = int(pid_text)
+    except ValueError:
+        return WorkerId(None, wid, 0, "")
+    return WorkerId(node or None, host, pid, sidecar)
 
 
 class Frame(NamedTuple):

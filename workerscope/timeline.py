@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Sequence
 
 from . import protocol
 from .errors import ProtocolError, WorkerscopeError
@@ -107,15 +108,6 @@ class Timeline:
 
     # -- building ----------------------------------------------------------------------------
     @classmethod
-    def from_frames(cls, frames: Iterable[bytes]) -> "Timeline":
-        from .builder import TimelineBuilder  # the builder needs this module's records
-
-        builder = TimelineBuilder()
-        for data in frames:
-            builder.add(protocol.decode_frame(data))
-        return builder.timeline()
-
-    @classmethod
     def merge(cls, *timelines: "Timeline") -> "Timeline":
         out = cls()
         for t in timelines:
@@ -164,38 +156,19 @@ class Timeline:
         ]
 
     # -- files -------------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> str:
+    def save(self, path: str | os.PathLike[str]) -> str:
         """Write by extension: .wsc (native msgpack), .json (Chrome/Perfetto trace), .html
-        (self-contained report) or .csv (samples). Returns the path."""
+        (self-contained report), .csv (samples) or .png (plots). Returns the path.
+
+        The formats other than .wsc live in workerscope.export, which registers them here
+        (this module imports no exporter)."""
         path = os.fspath(path)
-        if path.endswith(".json"):
-            import json
-
-            from .export.chrome import to_chrome
-
-            # default=repr: span attrs may hold anything (bytes, numpy values); never fail on them
-            data = json.dumps(to_chrome(self), separators=(",", ":"), default=repr).encode()
-        elif path.endswith(".wsc"):
-            data = protocol.encode_blob(self.to_dict())
-        elif path.endswith(".html"):
-            from .export.html import to_html
-
-            data = to_html(self).encode()
-        elif path.endswith(".csv"):
-            from .export.csv_samples import to_csv
-
-            data = to_csv(self).encode()
-        else:
-            raise WorkerscopeError(f"unknown file type for {path!r}: use .wsc, .json, .html or .csv")
-        tmp = f"{path}.tmp{os.getpid()}"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)  # a reader never sees half a file
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return path
+        ext = os.path.splitext(path)[1].lower()
+        writer = _WRITERS.get(ext)
+        if writer is None:
+            known = ", ".join(sorted(_WRITERS))
+            raise WorkerscopeError(f"unknown file type for {path!r}: use one of {known}")
+        return writer(self, path)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -235,6 +208,49 @@ _MARK_FIELDS = tuple(f.name for f in dataclasses.fields(Mark))
 
 def _row(record: Any, names: tuple[str, ...]) -> tuple:
     return tuple(getattr(record, n) for n in names)
+
+
+# A straggler takes over 1.5x the median of its peers, judged among at least three.
+STRAGGLER_FACTOR = 1.5
+STRAGGLER_MIN_PEERS = 3
+
+
+def is_straggler(value: float, peers: Sequence[float], factor: float = STRAGGLER_FACTOR) -> bool:
+    """The one straggler rule of every view: a worker's job time (or a running job's age) is
+    over `factor` x the median of `peers` (the same measure for every worker, itself included),
+    and there are at least STRAGGLER_MIN_PEERS of them."""
+    if len(peers) < STRAGGLER_MIN_PEERS:
+        return False
+    median = statistics.median(peers)
+    return median > 0 and value > factor * median
+
+
+def write_atomic(path: str, data: bytes) -> str:
+    """Write through a temporary file and a rename: a reader never sees half a file, and a
+    failed write leaves any earlier file whole."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _write_wsc(timeline: Timeline, path: str) -> str:
+    return write_atomic(path, protocol.encode_blob(timeline.to_dict()))
+
+
+Writer = Callable[[Timeline, str], str]
+# extension -> writer; workerscope.export.files adds the views' formats.
+_WRITERS: dict[str, Writer] = {".wsc": _write_wsc}
+
+
+def register_format(ext: str, writer: Writer) -> None:
+    """Let Timeline.save write files ending in `ext` (".json") with `writer(timeline, path)`."""
+    _WRITERS[ext.lower()] = writer
 
 
 def out_path(template: str, pid: int, job: int) -> str:

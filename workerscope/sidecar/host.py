@@ -12,15 +12,6 @@ import psutil
 UNLIMITED = 1 << 60  # cgroup v1 writes a huge number for "no limit"
 
 
-def boot_id() -> str:
-    """This boot of this machine: processes that share it share one monotonic clock."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
 def _read_int(path: str) -> int | None:
     try:
         with open(path) as f:
@@ -56,13 +47,6 @@ def cgroup_memory_files(pid: int) -> tuple[str | None, str | None]:
                 if os.path.exists(f"{base}/memory.limit_in_bytes"):
                     return f"{base}/memory.limit_in_bytes", f"{base}/memory.usage_in_bytes"
     return None, None
-
-
-def net_namespace(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
-        return None
 
 
 class HostSampler:

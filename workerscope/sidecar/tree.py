@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from ..procfs import read_io
+from .. import procfs
+from ..procfs import read_io, reset_peak
 
 _HAVE_CHILDREN_FILE = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
 
@@ -28,12 +29,7 @@ COUNTERS = ("read_bytes", "write_bytes", "read_chars", "write_chars",
 # Like CPU times, the kernel adds a reaped child's IO to its parent's /proc/PID/io (but not its
 # context switches), so these are carried only when no member of the tree reaps the process.
 FOLDED_INTO_REAPER = frozenset({"read_bytes", "write_bytes", "read_chars", "write_chars"})
-_STATUS_FIELDS = {
-    b"VmHWM": "peak_rss_bytes",
-    b"voluntary_ctxt_switches": "ctx_switches_voluntary",
-    b"nonvoluntary_ctxt_switches": "ctx_switches_involuntary",
-    b"Threads": "num_threads",
-}
+_STATUS_FIELDS = {k: v for k, v in procfs.STATUS_FIELDS.items() if k != b"VmRSS"}
 
 
 def _children_of(pid: int) -> list[int] | None:
@@ -50,21 +46,6 @@ def _children_of(pid: int) -> list[int] | None:
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue  # that thread ended while we looked
     return kids
-
-
-def _status(pid: int) -> dict[str, float]:
-    """Peak RSS, threads and context switches from one read of /proc/PID/status."""
-    with open(f"/proc/{pid}/status", "rb") as f:
-        data = f.read()
-    out: dict[str, float] = {}
-    # find() on the few fields we want: parsing all ~55 lines cost twice the read itself.
-    for key, name in _STATUS_FIELDS.items():
-        i = data.find(b"\n" + key + b":")
-        if i >= 0:
-            end = data.find(b"\n", i + 1)
-            value = int(data[i + len(key) + 2:end].split()[0])
-            out[name] = value * 1024 if name == "peak_rss_bytes" else value
-    return out
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -86,17 +67,6 @@ def _stat(pid: int) -> tuple[float, float, float, float, int, int, int]:
 def _name(pid: int) -> str:
     with open(f"/proc/{pid}/comm", "rb") as f:
         return f.read().decode(errors="replace").strip()
-
-
-def reset_peak(pid: int) -> bool:
-    """Reset pid's RSS high-water mark (VmHWM) to its current RSS, so a warm worker's next job
-    reports its own peak (Lithops #970). False where the kernel or permissions don't allow it."""
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")  # 5 touches nothing but the peak (see proc(5))
-        return True
-    except OSError:
-        return False
 
 
 @dataclass
@@ -214,7 +184,7 @@ class ProcessTree:
             values: dict[str, float] = {}
             try:
                 user, system, c_user, c_system, rss, start, _ = _stat(pid)
-                status = _status(pid)
+                status = procfs.read_status(pid, _STATUS_FIELDS)
             except (FileNotFoundError, ProcessLookupError):
                 vanished.append(pid)
                 continue

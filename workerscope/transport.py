@@ -12,8 +12,8 @@ from typing import Callable
 
 import zmq
 
-from .. import protocol
-from ..errors import ProtocolError
+from . import protocol
+from .errors import ProtocolError
 
 SEND_HWM = 10_000
 LINGER_MS = 2_000

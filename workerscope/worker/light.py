@@ -16,9 +16,10 @@ import threading
 import time
 from typing import Any
 
-from . import protocol, spans
-from .config import Config
-from .procfs import read_io, read_net_dev
+from .. import procfs, protocol
+from ..config import Config
+from ..procfs import read_io, read_net_dev
+from . import recorder
 
 
 def _read(path: str) -> bytes | None:
@@ -44,14 +45,7 @@ def _cores() -> list[tuple[int, int]] | None:
     return out
 
 
-def _status() -> dict[bytes, int]:
-    data = _read("/proc/self/status") or b""
-    out = {}
-    for line in data.split(b"\n"):
-        key, _, rest = line.partition(b":")
-        if key in (b"VmHWM", b"VmRSS"):
-            out[key] = int(rest.split()[0]) * 1024
-    return out
+_MEMORY_FIELDS = {b"VmRSS": "rss_bytes", b"VmHWM": "peak_rss_bytes"}
 
 
 def _io() -> dict[str, int]:
@@ -59,16 +53,6 @@ def _io() -> dict[str, int]:
         return read_io("self")
     except OSError:
         return {}
-
-
-def _reset_peak() -> bool:
-    """Reset the kernel's RSS high-water mark so a warm worker reports this job's own peak."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 class Reading:
@@ -114,11 +98,14 @@ def stats(start: Reading, end: Reading, peak_reset: bool) -> dict[str, float]:
     if start.net and end.net:
         out["host_net_sent_bytes"] = end.net["net_sent_bytes"] - start.net["net_sent_bytes"]
         out["host_net_recv_bytes"] = end.net["net_recv_bytes"] - start.net["net_recv_bytes"]
-    status = _status()
-    if b"VmRSS" in status:
-        out["rss_bytes"] = status[b"VmRSS"]
-    if b"VmHWM" in status and peak_reset:
-        out["peak_rss_bytes"] = status[b"VmHWM"]
+    try:
+        status = procfs.read_status("self", _MEMORY_FIELDS)
+    except OSError:
+        status = {}
+    if "rss_bytes" in status:
+        out["rss_bytes"] = status["rss_bytes"]
+    if "peak_rss_bytes" in status and peak_reset:
+        out["peak_rss_bytes"] = status["peak_rss_bytes"]
     if end.children.ru_maxrss > start.children.ru_maxrss:
         # ru_maxrss of reaped children is a lifetime maximum (KiB): only a rise is this job's.
         out["children_peak_rss_bytes"] = end.children.ru_maxrss * 1024
@@ -134,20 +121,16 @@ class _Sender:
     (under a lock: a ZeroMQ socket must never be used by two threads at once)."""
 
     def __init__(self, config: Config) -> None:
-        from .sidecar.host import boot_id
-        from .sidecar.outbox import (
-            Outbox,  # zmq only for those who asked for an endpoint
-        )
+        from ..transport import Outbox  # zmq only for those who asked for an endpoint
 
         self.config = config
         host = socket.gethostname()
-        prefix = f"{config.node}/" if config.node else ""
-        self.worker = f"{prefix}{host}:{os.getpid()}:light"
+        self.worker = protocol.worker_id(host, os.getpid(), "light", config.node)
         self.lock = threading.Lock()
         self.outbox = Outbox(config.endpoint or "")
         self.seq = -1
         self.send(protocol.HELLO, {"host": host, "node": config.node, "pid": os.getpid(),
-                                   "anchor": protocol.clock_anchor(), "boot_id": boot_id(),
+                                   "anchor": protocol.clock_anchor(), "boot_id": procfs.boot_id(),
                                    "mode": "light"})
 
     def send(self, kind: str, body: dict[str, Any]) -> None:
@@ -203,12 +186,12 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 def run(wrapper: Any, config: Config, args: tuple, kwargs: dict) -> Any:
     """Call wrapper.fn under light mode; its stats land in wrapper.last_stats."""
     sender = _sender(config) if config.endpoint else None
-    job = spans.next_id()
+    job = recorder.next_id()
     name = getattr(wrapper.fn, "__qualname__", None) or repr(wrapper.fn)
     if sender is not None:
         sender.send(protocol.JOB_START, {"job": job, "name": name, "t": time.monotonic_ns(),
                                          "pid": os.getpid(), "tid": threading.get_native_id()})
-    peak_reset = _reset_peak()
+    peak_reset = procfs.reset_peak("self")
     start = Reading()
     status, error = "ok", None
     try:

@@ -16,8 +16,8 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from . import protocol
-from .errors import WorkerscopeError
+from .. import protocol
+from ..errors import WorkerscopeError
 
 # (job id, span id) of the innermost open span in this thread or task.
 current: contextvars.ContextVar[tuple[Optional[int], Optional[int]]] = contextvars.ContextVar(

@@ -25,7 +25,7 @@ import zmq
 from .. import protocol
 from ..builder import TimelineBuilder
 from ..errors import ProtocolError, WorkerscopeError
-from ..sidecar.host import boot_id
+from ..procfs import boot_id
 from ..timeline import Timeline
 
 POLL_MS = 100
@@ -378,7 +378,7 @@ class Subscriber:
                 self._job_seconds.append(time.monotonic() - started[1])
                 del self._job_seconds[:-1000]
         elif frame.kind == protocol.SPANS and b.get("records"):
-            row["span"] = str(b["records"][-1][4])
+            row["span"] = str(protocol.SpanRecord._make(b["records"][-1]).name)
 
     def live(self) -> list[dict[str, object]]:
         """One row per worker for a live view: host, pid, status, current job and last span,

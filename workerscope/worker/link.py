@@ -16,8 +16,9 @@ import threading
 import time
 from typing import Any
 
-from .. import protocol, spans
-from ..config import Config
+from .. import protocol
+from . import recorder as spans
+from ..config import Config, to_dict
 from ..errors import ProtocolError, SidecarError
 
 START_TIMEOUT = 30.0
@@ -58,18 +59,8 @@ class SidecarLink:
         ours, theirs = socket.socketpair()
         # Room for bursts of span batches and job edges while the sidecar is busy sampling.
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        cmd = [
-            sys.executable, "-m", "workerscope.sidecar",
-            "--fd", str(theirs.fileno()),
-            "--interval", repr(self.config.interval),
-            "--bye-timeout", repr(self.config.bye_timeout),
-            "--samples-per-frame", str(self.config.samples_per_frame),
-            "--send-queue", str(self.config.send_queue),
-        ]
-        if self.config.endpoint:
-            cmd += ["--endpoint", self.config.endpoint]
-        if self.config.node:
-            cmd += ["--node", self.config.node]
+        # Arguments carry only the pipe; the settings go in the hello (handshake).
+        cmd = [sys.executable, "-m", "workerscope.sidecar", "--fd", str(theirs.fileno())]
         try:
             # A new session: a Ctrl-C meant for the job must not kill the sidecar before it has
             # delivered what it recorded. It exits on EOF of the pipe instead.
@@ -90,6 +81,7 @@ class SidecarLink:
         try:
             self._write(protocol.encode_pipe(protocol.HELLO, {
                 "pid": os.getpid(), "anchor": protocol.clock_anchor(), "target": self.target_pid,
+                "config": to_dict(self.config),
             }))
             ready = self._wait_for(protocol.READY, START_TIMEOUT)
         except SidecarError:
@@ -132,7 +124,7 @@ class SidecarLink:
         """keep: the sidecar keeps the job's frames for job_end(want_timeline=True) or `out`."""
         self._write(protocol.encode_pipe(protocol.JOB_START, {
             "job": job, "name": name, "out": out, "keep": keep, "t": time.monotonic_ns(),
-            "pid": os.getpid(), "tid": threading.get_native_id(), "interval": self.config.interval,
+            "pid": os.getpid(), "tid": threading.get_native_id(),
         }))
 
     def job_end(self, job: int, status: str, error: str | None, want_timeline: bool) -> list[bytes] | None:

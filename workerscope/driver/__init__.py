@@ -1,0 +1,1 @@
+"""The driver's room: what runs in the program that receives every worker's stream."""

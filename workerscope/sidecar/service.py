@@ -1,0 +1,394 @@
+"""The Sidecar: the sampler process's whole service (its __main__ only parses arguments).
+
+Its settings come in the worker's pipe hello (one Config, sent once). It reads the worker's pipe, samples the worker's process tree while a job is open, sends every
+frame to the driver (if any) and keeps each open job's frames to hand back at the job's end.
+EOF on the pipe means the worker is gone: a last sample, open jobs marked killed, their
+timelines still delivered (driver and `out` file), then bye.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from .. import protocol
+from ..config import Config, config_from_dict
+from ..errors import ConfigError, ProtocolError, WorkerscopeError
+from ..procfs import read_net_dev
+from .aggregate import Aggregator
+from .gpu import GpuSampler
+from ..procfs import boot_id, net_namespace
+from .host import HostSampler
+from ..transport import Outbox
+from .tree import ProcessTree
+
+log = logging.getLogger("workerscope.sidecar")
+HELLO_TIMEOUT = 30.0
+_PROC = ["cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes", "peak_rss_bytes", "uss_bytes",
+         "pss_bytes", "read_bytes", "write_bytes", "read_chars", "write_chars", "num_threads",
+         "num_fds", "ctx_switches_voluntary", "ctx_switches_involuntary", "gpu_mem_bytes",
+         "gpu_util_percent"]
+METRICS = {
+    "proc": _PROC,
+    "tree": _PROC + ["num_procs", "unreadable_procs", "net_sent_bytes", "net_recv_bytes",
+                     "net_sent_packets", "net_recv_packets"],
+    "gpu<i>": ["util_percent", "mem_util_percent", "mem_used_bytes", "mem_total_bytes", "power_w",
+               "temp_c", "sm_clock_mhz"],
+    "host": ["cpu_percent", "cpu_percent_core<k>", "cpu_iowait_percent", "cpu_steal_percent",
+             "mem_used_bytes", "mem_available_bytes", "mem_total_bytes", "swap_used_bytes",
+             "cgroup_mem_limit_bytes", "cgroup_mem_used_bytes", "net_sent_bytes",
+             "net_recv_bytes", "net_sent_packets", "net_recv_packets", "disk_read_bytes",
+             "disk_write_bytes", "load_1m", "load_5m", "load_15m"],
+}
+
+
+@dataclass
+class OpenJob:
+    job: int
+    name: str
+    out: str | None
+    frames: list[bytes] = field(default_factory=list)
+    # Frames are kept only for a job whose timeline someone will collect (the worker or `out`):
+    # a long job streaming to a driver would otherwise grow the sidecar without bound.
+    keep: bool = True
+
+
+class Sidecar:
+    def __init__(self, sock: socket.socket, target: int) -> None:
+        self.sock = sock
+        self.target = target
+        self.config = Config()
+        self.interval_ns = int(self.config.interval * 1e9)
+        self.reader = protocol.PipeReader()
+        self.aggregator = Aggregator(1)
+        self.errors: list[str] = []
+        self.outbox: Outbox | None = None
+        # Built once, at the worker's hello, which names the target and the settings.
+        self.tree: ProcessTree
+        self.host: HostSampler
+        self.gpu: GpuSampler | None = None
+        self.noted: set[str] = set()
+        self.net_scope = "host"
+        self.jobs: dict[int, OpenJob] = {}
+        self.seq = -1
+        self.hello = b""
+        self.worker_id = ""
+        self.next_tick = 0
+        self.next_heartbeat = 0
+        self.last_sample_ns = 0
+        self.last_sample = b""
+        self.last_sample_edge = False
+        self.last_sample_cost_ns = 0
+        # Test hook: pretend this host's wall clock is off by this much (and that it is
+        # another host), to check the driver's clock-offset estimate. Never set in production.
+        self.skew = int(os.environ.get("WORKERSCOPE_TEST_CLOCK_SKEW_NS", "0") or 0)
+        self.samples = 0
+
+    # -- frames ------------------------------------------------------------------------------
+    def emit(self, kind: str, body: dict[str, Any], jobs: list[OpenJob] | None = None) -> bytes:
+        self.seq += 1
+        data = protocol.encode_frame(kind, self.worker_id, self.seq, body)
+        if self.outbox is not None:
+            self.outbox.send(data)
+        for job in self.jobs.values() if jobs is None else jobs:
+            if job.keep:
+                job.frames.append(data)
+        return data
+
+    def sample(self, every_name: bool = False, flush: bool = False, edge: bool = False) -> None:
+        """One sample to the driver and every open job. every_name: list every member as new
+        (a job's first sample), so each job's own timeline can name its processes."""
+        now = time.monotonic_ns()
+        new, gone = self.tree.discover()
+        if every_name:
+            new = [(pid, m.ppid, m.name) for pid, m in self.tree.members.items()]
+        tree, procs = self.tree.read(now)
+        if self.net_scope == "namespace":
+            tree.update(read_net_dev(self.target) or {})
+        body: dict[str, Any] = {"t": now, "tree": tree, "procs": procs, "host": self.host.read()}
+        if self.gpu is None:
+            self.gpu = GpuSampler()  # here, not at start-up: NVML's init can take a while
+            now = time.monotonic_ns()  # and not counted in what a sample costs
+        if self.gpu.available:
+            gpus, per_pid = self.gpu.read(set(self.tree.members), now)
+            body["gpus"] = gpus
+            for pid, values in procs:
+                values.update(per_pid.get(pid, {}))
+            if self.gpu.sees_processes or per_pid:
+                for key in ("gpu_mem_bytes", "gpu_util_percent"):
+                    tree[key] = sum(v.get(key, 0) for v in per_pid.values())
+        notes = self.gpu.take_notes() + [f"host: {k}: {v}" for k, v in self.host.errors.items()
+                                          if f"host: {k}: {v}" not in self.noted]
+        if notes:
+            self.noted.update(notes)
+            body["notes"] = notes
+        if new:
+            body["new"] = [list(n) for n in new]
+        if gone:
+            body["gone"] = gone
+        self.samples += 1
+        frame = self.aggregator.add(body)
+        if frame is None and flush:
+            frame = self.aggregator.flush()
+        if frame is not None:
+            self.last_sample = self.emit(protocol.SAMPLE, frame)
+        self.last_sample_ns = now
+        self.last_sample_edge = edge
+        self.last_sample_cost_ns = time.monotonic_ns() - now
+
+    def flush_samples(self) -> None:
+        frame = self.aggregator.flush()
+        if frame is not None:
+            self.last_sample = self.emit(protocol.SAMPLE, frame)
+
+    def sampled_recently(self) -> bool:
+        """Whether a job edge may share the last sample instead of taking its own: only when
+        that sample was itself a job edge's, taken less than four sample-costs ago. Jobs of a
+        millisecond then cost the sidecar a fraction of a core instead of overrunning it, and
+        a job's end after a regular tick always gets its own final sample."""
+        gap = min(max(4 * self.last_sample_cost_ns, 1_000_000), self.interval_ns // 5)
+        return self.last_sample_edge and time.monotonic_ns() - self.last_sample_ns < gap
+
+    # -- pipe messages -----------------------------------------------------------------------
+    def configure(self, config: Config) -> None:
+        """Take the worker's settings (from its hello): interval, driver, aggregation."""
+        self.config = config
+        self.interval_ns = int(config.interval * 1e9)
+        self.aggregator = Aggregator(config.samples_per_frame)
+        if config.endpoint:
+            try:
+                self.outbox = Outbox(config.endpoint, config.send_queue)
+            except zmq.ZMQError as err:
+                # The job goes on; its timeline still reaches the worker and the out file.
+                self.errors.append(f"cannot connect to the driver at {config.endpoint}: {err}")
+                log.warning("%s", self.errors[-1])
+
+    def on_hello(self, body: dict[str, Any]) -> None:
+        if body.get("target"):
+            self.target = int(body["target"])
+        try:
+            self.configure(config_from_dict(body.get("config") or {}))
+        except ConfigError as err:
+            # A hello from this package's own worker always validates; keep the defaults
+            # rather than leave the worker without its sidecar.
+            self.errors.append(f"bad settings in hello: {err}")
+        self.tree = ProcessTree(self.target, exclude=frozenset({os.getpid()}),
+                                uss_every_ns=int(max(self.config.interval, 1.0) * 1e9),
+                                # every regular tick gets a rate; edge samples closer than
+                                # that (or 50 ms) to the last rate wait for the next one
+                                min_rate_ns=int(min(0.05, 0.5 * self.config.interval) * 1e9))
+        self.host = HostSampler(self.target)
+        # /proc has no per-process network bytes. A tree in a network namespace of its own
+        # has its own counters; otherwise network is host-wide and labelled so.
+        own_ns = net_namespace(self.target)
+        self.net_scope = "namespace" if own_ns and own_ns != net_namespace(os.getpid()) else "host"
+        host = socket.gethostname()
+        self.worker_id = protocol.worker_id(host, self.target, os.getpid(), self.config.node)
+        hello = {
+            "node": self.config.node, "host": host, "pid": self.target, "sidecar_pid": os.getpid(),
+            "interval": self.config.interval, "anchor": self._anchor(),
+            "boot_id": boot_id() + ("-skewed" if self.skew else ""),
+            "metrics": METRICS, "net_scope": self.net_scope,
+        }
+        self.hello = self.emit(protocol.HELLO, hello, jobs=[])
+        self.reply(protocol.READY, {"worker": self.worker_id, "pid": os.getpid()})
+
+    def _anchor(self) -> list[int]:
+        wall, mono = protocol.clock_anchor()
+        return [wall + self.skew, mono]
+
+    def on_job_start(self, body: dict[str, Any]) -> None:
+        job = OpenJob(int(body["job"]), str(body.get("name", "job")), body.get("out"), [self.hello],
+                      keep=bool(body.get("keep", True)) or bool(body.get("out")))
+        first = not self.jobs
+        if first:
+            # Per-job peaks in a warm worker: the kernel's high-water marks restart now.
+            self.tree.discover()
+            self.tree.reset_peaks()
+        self.jobs[job.job] = job
+        self.emit(protocol.JOB_START, {
+            "job": job.job, "name": job.name, "t": body.get("t", time.monotonic_ns()),
+            "pid": body.get("pid", self.target), "tid": body.get("tid"),
+            "anchor": self._anchor(),
+        }, jobs=[job])
+        if self.sampled_recently():
+            # Back-to-back tiny jobs come faster than full samples can be taken: share the
+            # last one rather than fall behind and fill the worker's pipe.
+            if job.keep and self.last_sample:
+                job.frames.append(self.last_sample)
+        else:
+            self.sample(every_name=True, flush=True, edge=True)
+        if first and self.next_tick < time.monotonic_ns():
+            # Keep the grid of a previous job if it is still ahead: back-to-back jobs shorter
+            # than the interval would otherwise restart it each time and never see a tick.
+            self.next_tick = time.monotonic_ns() + self.interval_ns
+
+    def on_spans(self, body: dict[str, Any]) -> None:
+        pid = body.get("pid", self.target)
+        groups: dict[tuple[int, Any], list[Any]] = {}
+        for rec in body.get("records", []):
+            r = protocol.SpanRecord._make(rec)
+            groups.setdefault((r.kind, r.job), []).append(rec)
+        threads = body.get("threads") or []
+        for (rtype, job_id), records in groups.items():
+            kind = protocol.MARK if rtype == protocol.RECORD_MARK else protocol.SPANS
+            job = self.jobs.get(job_id)
+            # Frames stay far below the size cap whatever the batch: a job with a million
+            # spans between two flushes still arrives whole.
+            step = protocol.MAX_RECORDS_PER_FRAME
+            for i in range(0, len(records), step):
+                self.emit(kind, {"pid": pid, "records": records[i:i + step], "threads": threads},
+                          jobs=[job] if job else [])
+                threads = []
+        if threads:
+            self.emit(protocol.SPANS, {"pid": pid, "records": [], "threads": threads})
+
+    def on_job_end(self, body: dict[str, Any]) -> None:
+        job = self.jobs.get(int(body["job"]))
+        if job is None:
+            return
+        if not self.sampled_recently():
+            self.sample(flush=True, edge=True)
+        else:
+            self.flush_samples()  # readings gathered for samples_per_frame belong to this job
+        self.end_job(job, body.get("t", time.monotonic_ns()), str(body.get("status", "ok")),
+                     body.get("error"))
+        if body.get("reply"):
+            self.reply(protocol.TIMELINE, {"job": job.job, "frames": job.frames})
+
+    def end_job(self, job: OpenJob, t: int, status: str, error: Any) -> None:
+        self.emit(protocol.JOB_END, {"job": job.job, "t": t, "status": status, "error": error},
+                  jobs=[job])
+        del self.jobs[job.job]
+        if job.out:
+            self.write_out(job)
+
+    def write_out(self, job: OpenJob) -> None:
+        # Imported here: most sidecars never write a file, and this keeps their start-up short.
+        from ..builder import build
+        from ..export.files import save
+        from ..timeline import out_path
+
+        path = out_path(str(job.out), pid=self.target, job=job.job)
+        try:
+            save(build(job.frames), path)
+        except (OSError, ValueError, WorkerscopeError) as err:
+            # A full disk or a bad path must not lose the rest: the driver still has the frames.
+            self.errors.append(f"could not write {path}: {err}")
+            log.warning("could not write %s: %s", path, err)
+
+    def reply(self, kind: str, body: dict[str, Any]) -> None:
+        try:
+            self.sock.sendall(protocol.encode_pipe(kind, body))
+        except OSError as err:  # the worker is gone; EOF will follow on the read side
+            self.errors.append(f"worker pipe: {err}")
+
+    # -- main loop ---------------------------------------------------------------------------
+    def run(self) -> int:
+        closed = self.loop()
+        if self.jobs:
+            self.sample(flush=True)
+            now = time.monotonic_ns()
+            for job in list(self.jobs.values()):
+                self.end_job(job, now, "killed", "the worker ended during the job")
+            status = "killed"
+        else:
+            status = "exited" if closed else "ended"
+        return self.bye(status)
+
+    def loop(self) -> bool:
+        """Serve the pipe (and the driver's pings) until close (True) or EOF (False)."""
+        poller = zmq.Poller()
+        poller.register(self.sock.fileno(), zmq.POLLIN)
+        if self.outbox is not None:
+            poller.register(self.outbox.socket, zmq.POLLIN)
+        started = time.monotonic()
+        while True:
+            now = time.monotonic_ns()
+            wake = self.next_heartbeat
+            if self.jobs:
+                wake = min(wake, self.next_tick)
+            timeout_ms = max(0, (wake - now) // 1_000_000) + 1
+            if not self.worker_id:
+                if time.monotonic() - started > HELLO_TIMEOUT:
+                    return False  # no hello: nobody to serve
+                timeout_ms = 100
+            ready = dict(poller.poll(timeout_ms))
+            if self.sock.fileno() in ready:
+                try:
+                    chunk = self.sock.recv(1 << 20)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    return False
+                try:
+                    messages = self.reader.feed(chunk)
+                except ProtocolError as err:
+                    self.errors.append(f"bad pipe message: {err}")
+                    return False
+                for kind, body in messages:
+                    if kind == protocol.CLOSE:
+                        return True
+                    self.handle(kind, body)
+            if self.outbox is not None and self.outbox.socket in ready:
+                self.on_driver(self.outbox.receive())
+            now = time.monotonic_ns()
+            if self.worker_id and now >= self.next_heartbeat:
+                self.heartbeat(now)
+            if self.jobs and now >= self.next_tick:
+                self.sample()
+                # Tick on a fixed grid; if a sample overran whole intervals, skip them.
+                now = time.monotonic_ns()
+                self.next_tick += self.interval_ns
+                if self.next_tick <= now:
+                    self.next_tick += ((now - self.next_tick) // self.interval_ns + 1) * self.interval_ns
+
+    def heartbeat(self, now: int) -> None:
+        self.next_heartbeat = now + int(protocol.HEARTBEAT_S * 1e9)
+        if self.outbox is not None:
+            self.emit(protocol.HEARTBEAT, {"t": now, "dropped": self.outbox.dropped,
+                                           "jobs": sorted(self.jobs)}, jobs=[])
+
+    def on_driver(self, frames: list[protocol.Frame]) -> None:
+        for frame in frames:
+            if frame.kind == protocol.PING:
+                body = frame.body
+                self.emit(protocol.PONG, {"id": body.get("id"), "t0": body.get("t0"),
+                                          "t1": time.time_ns() + self.skew}, jobs=[])
+
+    def handle(self, kind: str, body: dict[str, Any]) -> None:
+        if kind != protocol.HELLO and not self.worker_id:
+            self.errors.append(f"{kind} before hello ignored")
+            return
+        try:
+            if kind == protocol.HELLO:
+                self.on_hello(body)
+            elif kind == protocol.JOB_START:
+                self.on_job_start(body)
+            elif kind == protocol.SPANS:
+                self.on_spans(body)
+            elif kind == protocol.JOB_END:
+                self.on_job_end(body)
+        except (KeyError, TypeError, ValueError, IndexError) as err:
+            self.errors.append(f"bad {kind} message: {err!r}")
+
+    def bye(self, status: str) -> int:
+        if not self.worker_id:
+            return 1
+        self.flush_samples()
+        body = {"t": time.monotonic_ns(), "status": status, "samples": self.samples,
+                "errors": self.errors[-20:]}
+        if self.outbox is None:
+            return 0
+        body["sent"] = self.outbox.sent + 1
+        body["dropped"] = self.outbox.dropped
+        self.emit(protocol.BYE, body, jobs=[])
+        self.outbox.wait_ack(self.seq, self.config.bye_timeout, on_other=self.on_driver)
+        self.outbox.close()
+        return 0
