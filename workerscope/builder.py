@@ -8,10 +8,12 @@ ProtocolError for the frame, never a half-added record or a crash of the caller.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from . import protocol
 from .errors import ProtocolError
+from .protocol import Status
 from .timeline import Job, Mark, Sample, Span, Timeline, Worker
 
 
@@ -91,9 +93,10 @@ class TimelineBuilder:
         if wid not in self._anchor and b.get("anchor"):
             self._set_anchor(wid, b["anchor"], None)
         tid = b.get("tid")
-        job = {"id": int(b["job"]), "name": str(b["name"]), "start": self._wall(wid, b["t"]),
+        job_id = int(b["job"])
+        job = {"id": job_id, "name": str(b["name"]), "start": self._wall(wid, b["t"]),
                "pid": int(b["pid"]), "tid": None if tid is None else int(tid)}
-        self._open_jobs[(wid, job["id"])] = job
+        self._open_jobs[(wid, job_id)] = job
 
     def _on_job_end(self, wid: str, b: dict[str, Any]) -> None:
         job = self._open_jobs.pop((wid, int(b["job"])), None)
@@ -101,7 +104,7 @@ class TimelineBuilder:
             return  # its start was lost: the seq gap is already counted
         end = self._wall(wid, b["t"])
         stats = b.get("stats")
-        _append_job(self.t, wid, job, end, str(b.get("status", "ok")), b.get("error"),
+        _append_job(self.t, wid, job, end, str(b.get("status", Status.OK)), b.get("error"),
                     _numbers(stats) if stats else None)
 
     def _on_sample(self, wid: str, b: dict[str, Any]) -> None:
@@ -152,7 +155,7 @@ class TimelineBuilder:
     _on_mark = _on_spans
 
     def _on_bye(self, wid: str, b: dict[str, Any]) -> None:
-        status, dropped = str(b.get("status", "exited")), int(b.get("dropped", 0))
+        status, dropped = str(b.get("status", Status.EXITED)), int(b.get("dropped", 0))
         errors = [str(e) for e in b.get("errors", ())]
         w = self.worker(wid)
         w.status, w.dropped, w.errors = status, dropped, errors
@@ -177,10 +180,10 @@ class TimelineBuilder:
         if offsets:
             _shift(t, offsets)
         for wid, job in open_jobs:
-            gone = t.workers[wid].status != "running"
-            job = dict(job, start=job["start"] - (offsets or {}).get(wid, 0))
-            _append_job(t, wid, job, t.end_ns if gone else None, "killed" if gone else "running",
-                        None)
+            gone = t.workers[wid].status != Status.RUNNING
+            shifted = dict(job, start=job["start"] - (offsets or {}).get(wid, 0))
+            _append_job(t, wid, shifted, t.end_ns if gone else None,
+                        Status.KILLED if gone else Status.RUNNING, None)
         t.sort()
         return t
 
@@ -208,7 +211,7 @@ def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, sta
     t.spans.append(Span(wid, job["id"], job["id"], None, job["name"], job["start"],
                         end if end is not None else job["start"], job["pid"],
                         job["tid"] or job["pid"], {"status": status, **(stats or {})},
-                        None if status in ("ok", "running") else (err or status), "job"))
+                        None if status in (Status.OK, Status.RUNNING) else (err or status), "job"))
 
 
 def build(frames: Iterable[bytes]) -> Timeline:

@@ -9,11 +9,16 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from . import protocol
 from .config import resolve
 from .errors import WorkerscopeError
+from .protocol import Status
+
+if TYPE_CHECKING:
+    from .worker.link import SidecarLink
 
 
 def _mb(v: float | None) -> str:
@@ -35,12 +40,13 @@ def _shell_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc  # a signal death reads as a shell reports it
 
 
-def _end(link, child) -> list[bytes]:  # type: ignore[no-untyped-def]
+def _end(link: SidecarLink, child: subprocess.Popen[bytes]) -> list[bytes]:
     """End the run's job while the command is a zombie, and close the sidecar."""
     status = os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    assert status is not None  # only WNOHANG returns None
     rc = status.si_status if status.si_code == os.CLD_EXITED else -status.si_status
     try:
-        return link.job_end(1, "ok" if rc == 0 else "error",
+        return link.job_end(1, Status.OK if rc == 0 else Status.ERROR,
                             None if rc == 0 else f"exit status {_shell_code(rc)}", True) or []
     except WorkerscopeError as err:
         print(f"workerscope: sampling lost at the end: {err}", file=sys.stderr)
@@ -50,19 +56,19 @@ def _end(link, child) -> list[bytes]:  # type: ignore[no-untyped-def]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .worker.link import SidecarLink
     from .builder import build
-    from .timeline import Timeline
+    from .worker.link import SidecarLink
 
     if not args.cmd:
         raise WorkerscopeError("nothing to run: give a command after --, e.g. workerscope run -- make")
     config = resolve(interval=args.interval, endpoint=args.endpoint, node=args.node)
-    link: SidecarLink | None = SidecarLink(config)
+    link: SidecarLink | None = None
     try:
-        link.spawn()  # its start-up overlaps the command's
+        starting = SidecarLink(config)
+        starting.spawn()  # its start-up overlaps the command's
+        link = starting
     except WorkerscopeError as err:
         print(f"workerscope: sampling off: {err}", file=sys.stderr)
-        link = None
     try:
         child = subprocess.Popen(args.cmd)
     except OSError as err:
@@ -126,9 +132,8 @@ def _wait_exit(pid: int, seconds: float | None, stop: threading.Event) -> bool:
 def cmd_attach(args: argparse.Namespace) -> int:
     """Sample a process tree that is already running, until it exits, --duration passes or
     Ctrl-C; then write the timeline."""
-    from .worker.link import SidecarLink
     from .builder import build
-    from .timeline import Timeline
+    from .worker.link import SidecarLink
 
     if not os.path.exists(f"/proc/{args.pid}"):
         raise WorkerscopeError(f"no process {args.pid}")
@@ -148,7 +153,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if stop.is_set():
         print("stopped", file=sys.stderr)
     try:
-        frames = link.job_end(1, "ok", None if not exited else "the process exited", True) or []
+        frames = link.job_end(1, Status.OK, None if not exited else "the process exited", True) or []
     except WorkerscopeError as err:
         print(f"workerscope: sampling lost at the end: {err}", file=sys.stderr)
         frames = []
@@ -172,7 +177,7 @@ def _save(timeline, out: str, stem: str) -> None:  # type: ignore[no-untyped-def
     try:
         timeline.save(out)
         print(f"workerscope: {_summary(timeline)}; wrote {out}", file=sys.stderr)
-    except Exception as err:  # whatever went wrong, what was recorded must not be lost
+    except Exception as err:  # noqa: BLE001 - whatever went wrong, what was recorded must not be lost
         import tempfile
 
         fallback = os.path.join(tempfile.gettempdir(), f"{stem}.wsc")

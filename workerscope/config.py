@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from .errors import ConfigError
 
@@ -59,7 +59,7 @@ def _as_float(name: str, raw: object) -> float:
         raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from err
 
 
-def resolve(environ: Mapping[str, str] | None = None, **given: object) -> Config:
+def resolve(environ: Mapping[str, str] | None = None, /, **given: object) -> Config:
     """Build a Config from arguments (None means 'not given'), then apply WORKERSCOPE_* overrides."""
     env = os.environ if environ is None else environ
     unknown = set(given) - set(_ENV)
@@ -125,4 +125,4 @@ def config_from_dict(values: Mapping[str, object]) -> Config:
     not read again (the worker already applied it)."""
     if not isinstance(values, Mapping):
         raise ConfigError("settings must be a map")
-    return resolve(environ={}, **{k: v for k, v in values.items() if k in _ENV})
+    return resolve({}, **{k: v for k, v in values.items() if k in _ENV})

@@ -10,11 +10,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from .driver.subscriber import Subscriber
+from .timeline import Timeline
 from .worker.instruments import mark, span, timed
 from .worker.jobs import profiled
-from .timeline import Timeline
 
 
 @timed
@@ -57,7 +58,7 @@ def helper_process(seconds: float) -> int:
     return subprocess.run([sys.executable, "-c", code], check=True).returncode
 
 
-def task(i: int) -> dict:
+def task(i: int) -> dict[str, Any]:
     mark("task_start", item=i)
     burn_cpu(0.3 + 0.1 * (i % 3))
     hold_memory(40 + 20 * (i % 3), 0.3)

@@ -70,8 +70,11 @@ class Status(str, enum.Enum):
     DEAD = "dead"
 
     # The plain string wherever it is printed, formatted or written.
-    __str__ = str.__str__
-    __format__ = str.__format__
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 # Span records inside spans/mark bodies are tuples on the wire, not maps, to keep the worker's
@@ -140,9 +143,9 @@ def _plain(obj: object) -> object:
     """What a value msgpack cannot carry becomes: a number if it is one (numpy scalars),
     else its repr. User attrs must never break the job, and nothing is ever pickled."""
     if hasattr(obj, "__index__"):
-        return obj.__index__()  # type: ignore[attr-defined]
+        return obj.__index__()
     if hasattr(obj, "__float__"):
-        return float(obj)  # type: ignore[arg-type]
+        return float(obj)
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
     return repr(obj)[:1000]
@@ -150,7 +153,8 @@ def _plain(obj: object) -> object:
 
 def _pack(obj: object) -> bytes:
     # use_bin_type keeps str and bytes apart.
-    return msgpack.packb(obj, use_bin_type=True, default=_plain)
+    data: bytes = msgpack.packb(obj, use_bin_type=True, default=_plain)
+    return data
 
 
 def clock_anchor() -> list[int]:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import protocol
 from .errors import ProtocolError, WorkerscopeError
+from .protocol import Status
 
 FILE_VERSION = 1
 
@@ -31,7 +33,7 @@ class Worker:
     boot_id: str | None = None
     # running | exited | ended | killed | sidecar_lost; at a driver also stale (silent for
     # longer than stale_after) and dead (its processes are gone from this host, no bye)
-    status: str = "running"
+    status: str = Status.RUNNING
     frames: int = 0
     lost: int = 0
     dropped: int = 0
@@ -108,7 +110,7 @@ class Timeline:
 
     # -- building ----------------------------------------------------------------------------
     @classmethod
-    def merge(cls, *timelines: "Timeline") -> "Timeline":
+    def merge(cls, *timelines: Timeline) -> Timeline:
         out = cls()
         for t in timelines:
             out.workers.update(t.workers)
@@ -184,7 +186,7 @@ class Timeline:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Timeline":
+    def from_dict(cls, d: dict[str, Any]) -> Timeline:
         if not isinstance(d, dict) or d.get("version") != FILE_VERSION:
             raise WorkerscopeError("not a workerscope timeline of a version this release reads")
         try:
@@ -206,7 +208,7 @@ _SPAN_FIELDS = tuple(f.name for f in dataclasses.fields(Span))
 _MARK_FIELDS = tuple(f.name for f in dataclasses.fields(Mark))
 
 
-def _row(record: Any, names: tuple[str, ...]) -> tuple:
+def _row(record: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
     return tuple(getattr(record, n) for n in names)
 
 
@@ -265,7 +267,7 @@ def out_path(template: str, pid: int, job: int) -> str:
             f"out path {template!r}: only {{pid}}, {{job}} and {{host}} may be filled in") from err
 
 
-def load(path: str | os.PathLike) -> Timeline:
+def load(path: str | os.PathLike[str]) -> Timeline:
     """Read a timeline written by Timeline.save (.wsc)."""
     path = os.fspath(path)
     if not path.endswith(".wsc"):

@@ -8,7 +8,7 @@ frames arrived before it closes (libzmq #4660 loses them otherwise over ipc://).
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import zmq
 
@@ -43,13 +43,13 @@ class Outbox:
         return True
 
     @property
-    def socket(self) -> zmq.Socket:
+    def socket(self) -> zmq.Socket[bytes]:
         """For a zmq.Poller: readable when the driver sent something (a ping, an ack)."""
         return self._sock
 
     def receive(self) -> list[protocol.Frame]:
         """Whatever the driver sent, without blocking; garbage is skipped."""
-        out = []
+        out: list[protocol.Frame] = []
         while True:
             try:
                 data = self._sock.recv(zmq.NOBLOCK)

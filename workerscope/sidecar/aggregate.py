@@ -23,7 +23,7 @@ def _combine(dicts: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
-def _combine_keyed(rows: list[list[list]]) -> list[list]:
+def _combine_keyed(rows: list[list[list[Any]]]) -> list[list[Any]]:
     """Rows of [[key, values], ...] per sample -> one [[key, combined], ...]."""
     by_key: dict[Any, list[dict[str, float]]] = {}
     for row in rows:

@@ -12,6 +12,9 @@ import os
 import time
 from typing import Any
 
+# ([[index, device values], ...], {pid: {"gpu_mem_bytes": .., "gpu_util_percent": ..}})
+Reading = tuple[list[list[Any]], dict[int, dict[str, float]]]
+
 PROCESS_POLL_NS = 1_000_000_000
 
 
@@ -72,7 +75,7 @@ class GpuSampler:
             amdsmi.amdsmi_init()
             self.devices = list(amdsmi.amdsmi_get_processor_handles())
             self._amd = amdsmi
-        except Exception as err:  # amdsmi raises its own AmdSmiException family
+        except Exception as err:  # noqa: BLE001 - amdsmi raises its own AmdSmiException family
             self.note(f"gpu: no AMD GPU metrics ({err})")
 
     @property
@@ -85,7 +88,7 @@ class GpuSampler:
         return any(self._proc_mem.values())
 
     # -- one sample ----------------------------------------------------------------------------
-    def read(self, tree_pids: set[int], now_ns: int) -> tuple[list[list], dict[int, dict[str, float]]]:
+    def read(self, tree_pids: set[int], now_ns: int) -> Reading:
         """([[index, device values], ...], {pid: {"gpu_mem_bytes": .., "gpu_util_percent": ..}})."""
         if self._nvml is not None:
             return self._read_nvml(tree_pids, now_ns)
@@ -112,7 +115,7 @@ class GpuSampler:
             self.note(f"gpu{index}: {metric}: {err}")
         return None
 
-    def _read_nvml(self, tree_pids: set[int], now_ns: int) -> tuple[list[list], dict[int, dict[str, float]]]:
+    def _read_nvml(self, tree_pids: set[int], now_ns: int) -> Reading:
         nv = self._nvml
         out = []
         for i, h in enumerate(self.devices):
@@ -182,7 +185,7 @@ class GpuSampler:
                       "namespace or MIG); per-process GPU values are absent, device values remain")
         return per
 
-    def _read_amd(self, tree_pids: set[int], now_ns: int) -> tuple[list[list], dict[int, dict[str, float]]]:
+    def _read_amd(self, tree_pids: set[int], now_ns: int) -> Reading:
         amd = self._amd
         out = []
         for i, h in enumerate(self.devices):
@@ -195,7 +198,7 @@ class GpuSampler:
                 vram = amd.amdsmi_get_gpu_vram_usage(h)
                 values["mem_used_bytes"] = float(vram["vram_used"]) * 1024 * 1024
                 values["mem_total_bytes"] = float(vram["vram_total"]) * 1024 * 1024
-            except Exception as err:  # amdsmi raises its own AmdSmiException family
+            except Exception as err:  # noqa: BLE001 - amdsmi raises its own AmdSmiException family
                 self._lost.add(i)
                 self.note(f"gpu{i}: AMD readings stopped ({err})")
             if values:
@@ -220,7 +223,7 @@ def probe() -> dict[str, Any]:
     """What a sampler sees right now (for `python -m workerscope.sidecar.gpu`)."""
     g = GpuSampler()
     t = time.monotonic_ns()
-    devices, per_pid = g.read(set(), t)
+    devices, _ = g.read(set(), t)
     return {"devices": devices, "notes": g.take_notes()}
 
 

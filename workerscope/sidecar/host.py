@@ -51,7 +51,7 @@ def cgroup_memory_files(pid: int) -> tuple[str | None, str | None]:
 
 class HostSampler:
     def __init__(self, pid: int | None = None) -> None:
-        self._last_cores: list[tuple[float, ...]] | None = None
+        self._last_cores: list[tuple[float, float, float, float]] | None = None
         self._limit_file, self._usage_file = cgroup_memory_files(pid or os.getpid())
         self.errors: dict[str, str] = {}
 
@@ -68,7 +68,7 @@ class HostSampler:
         if not last or len(last) != len(cores):
             return
         busy_all = iowait_all = steal_all = span_all = 0.0
-        for k, (now, before) in enumerate(zip(cores, last)):
+        for k, (now, before) in enumerate(zip(cores, last, strict=True)):
             span = now[0] - before[0]
             idle, iowait, steal = (now[i] - before[i] for i in (1, 2, 3))
             # idle, iowait and steal (time the hypervisor gave to others) are not busy.

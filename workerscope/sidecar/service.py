@@ -1,7 +1,8 @@
 """The Sidecar: the sampler process's whole service (its __main__ only parses arguments).
 
-Its settings come in the worker's pipe hello (one Config, sent once). It reads the worker's pipe, samples the worker's process tree while a job is open, sends every
-frame to the driver (if any) and keeps each open job's frames to hand back at the job's end.
+Its settings come in the worker's pipe hello (one Config, sent once). It reads the worker's
+pipe, samples the worker's process tree while a job is open, sends every frame to the driver
+(if any) and keeps each open job's frames to hand back at the job's end.
 EOF on the pipe means the worker is gone: a last sample, open jobs marked killed, their
 timelines still delivered (driver and `out` file), then bye.
 """
@@ -20,12 +21,12 @@ import zmq
 from .. import protocol
 from ..config import Config, config_from_dict
 from ..errors import ConfigError, ProtocolError, WorkerscopeError
-from ..procfs import read_net_dev
+from ..procfs import boot_id, net_namespace, read_net_dev
+from ..protocol import Status
+from ..transport import Outbox
 from .aggregate import Aggregator
 from .gpu import GpuSampler
-from ..procfs import boot_id, net_namespace
 from .host import HostSampler
-from ..transport import Outbox
 from .tree import ProcessTree
 
 log = logging.getLogger("workerscope.sidecar")
@@ -36,8 +37,8 @@ _PROC = ["cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes", "peak_rss_byt
          "gpu_util_percent"]
 METRICS = {
     "proc": _PROC,
-    "tree": _PROC + ["num_procs", "unreadable_procs", "net_sent_bytes", "net_recv_bytes",
-                     "net_sent_packets", "net_recv_packets"],
+    "tree": [*_PROC, "num_procs", "unreadable_procs", "net_sent_bytes", "net_recv_bytes",
+             "net_sent_packets", "net_recv_packets"],
     "gpu<i>": ["util_percent", "mem_util_percent", "mem_used_bytes", "mem_total_bytes", "power_w",
                "temp_c", "sm_clock_mhz"],
     "host": ["cpu_percent", "cpu_percent_core<k>", "cpu_iowait_percent", "cpu_steal_percent",
@@ -257,7 +258,7 @@ class Sidecar:
             self.sample(flush=True, edge=True)
         else:
             self.flush_samples()  # readings gathered for samples_per_frame belong to this job
-        self.end_job(job, body.get("t", time.monotonic_ns()), str(body.get("status", "ok")),
+        self.end_job(job, body.get("t", time.monotonic_ns()), str(body.get("status", Status.OK)),
                      body.get("error"))
         if body.get("reply"):
             self.reply(protocol.TIMELINE, {"job": job.job, "frames": job.frames})
@@ -296,10 +297,10 @@ class Sidecar:
             self.sample(flush=True)
             now = time.monotonic_ns()
             for job in list(self.jobs.values()):
-                self.end_job(job, now, "killed", "the worker ended during the job")
-            status = "killed"
+                self.end_job(job, now, Status.KILLED, "the worker ended during the job")
+            status = Status.KILLED
         else:
-            status = "exited" if closed else "ended"
+            status = Status.EXITED if closed else Status.ENDED
         return self.bye(status)
 
     def loop(self) -> bool:

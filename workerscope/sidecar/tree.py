@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -144,9 +145,9 @@ class ProcessTree:
                 name = _name(pid)
             except (FileNotFoundError, ProcessLookupError, PermissionError):
                 continue  # exited between the listing and now
-            ppid = ppid or stat[6]
-            self.members[pid] = Member(ppid, name, stat[5])
-            new.append((pid, ppid, name))
+            parent = ppid or stat[6]
+            self.members[pid] = Member(parent, name, stat[5])
+            new.append((pid, parent, name))
         gone = [pid for pid in self.members if pid not in seen]
         for pid in gone:
             self._retire(pid)
@@ -169,9 +170,9 @@ class ProcessTree:
             reset_peak(pid)
         self.peak_rss = 0
 
-    def read(self, now_ns: int) -> tuple[dict[str, float], list[list]]:
+    def read(self, now_ns: int) -> tuple[dict[str, float], list[list[Any]]]:
         """One reading of every member and of the tree. Values that can't be read are absent."""
-        procs: list[list] = []
+        procs: list[list[Any]] = []
         tree_user = self.carried_user
         tree_system = self.carried_system
         sums: dict[str, float] = {"rss_bytes": 0, "num_threads": 0, "peak_rss_bytes": 0}
@@ -222,8 +223,9 @@ class ProcessTree:
                 if key in m.counters:
                     values[key] = m.counters[key]
             try:
-                values["num_fds"] = len(os.listdir(f"/proc/{pid}/fd"))
-                fds += values["num_fds"]
+                nfds = len(os.listdir(f"/proc/{pid}/fd"))
+                values["num_fds"] = nfds
+                fds += nfds
             except OSError:
                 fds_ok = False
             if now_ns - m.uss_t >= self.uss_every_ns:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, TypeVar, overload
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 from .. import protocol
 from . import recorder as spans
@@ -98,7 +99,7 @@ def timed(fn: Any = None, **attrs: Any) -> Any:
 class _NoSpan:
     __slots__ = ()
 
-    def __enter__(self) -> "_NoSpan":
+    def __enter__(self) -> _NoSpan:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -109,12 +110,12 @@ _NO_SPAN = _NoSpan()
 
 
 class _Span:
-    __slots__ = ("buf", "name", "attrs", "job", "sid", "parent", "token", "start")
+    __slots__ = ("attrs", "buf", "job", "name", "parent", "sid", "start", "token")
 
     def __init__(self, buf: spans.Buffer, name: str, attrs: dict[str, Any] | None) -> None:
         self.buf, self.name, self.attrs = buf, name, attrs
 
-    def __enter__(self) -> "_Span":
+    def __enter__(self) -> _Span:
         self.job, self.parent = spans.current.get()
         if self.job is None:
             self.job = spans.default_job

@@ -8,18 +8,23 @@ that says so.
 from __future__ import annotations
 
 import functools
+import logging
 import os
-import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import protocol
-from ..config import Config, env_names, resolve
 from ..builder import build
+from ..config import Config, env_names, resolve
+from ..protocol import Status
 from ..timeline import Job, Span, Timeline, Worker, out_path
 from . import light
 from . import recorder as spans
+
+if TYPE_CHECKING:
+    from .link import SidecarLink
 
 _ENV_VARS = tuple(env_names().values())
 
@@ -47,8 +52,12 @@ def _deactivate(job: int) -> None:
             spans.active = None
 
 
+log = logging.getLogger("workerscope")
+
+
 def _warn(msg: str) -> None:
-    print(f"workerscope: {msg}", file=sys.stderr)
+    # With no logging configured, Python's last-resort handler puts warnings on stderr.
+    log.warning("workerscope: %s", msg)
 
 
 class _HeavyJob:
@@ -57,7 +66,7 @@ class _HeavyJob:
     def __init__(self, config: Config, name: str, want_timeline: bool) -> None:
         self.config, self.name, self.want_timeline = config, name, want_timeline
         self.timeline: Timeline | None = None
-        self.link = None
+        self.link: SidecarLink | None = None
         self.lost: str | None = None
         self.job = spans.next_id()
 
@@ -68,7 +77,7 @@ class _HeavyJob:
         try:
             self.link = get_link(self.config)
             self.link.job_start(self.job, self.name, self.config.out, keep=self.want_timeline)
-        except Exception as err:  # monitoring must never break the job it watches
+        except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
             self.lost = str(err)
             _warn(f"sidecar lost, the job runs unmonitored: {err!r}")
             self.link = None
@@ -80,7 +89,7 @@ class _HeavyJob:
     def end(self, exc: BaseException | None) -> None:
         spans.current.reset(self.token)
         _deactivate(self.job)
-        status = "ok" if exc is None else "error"
+        status = Status.OK if exc is None else Status.ERROR
         error = None if exc is None else type(exc).__qualname__
         if self.link is not None:
             try:
@@ -88,7 +97,7 @@ class _HeavyJob:
                 if frames is not None:
                     self.timeline = build(frames)
                 return
-            except Exception as err:  # monitoring must never break the job it watches
+            except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
                 self.lost = str(err)
                 _warn(f"sidecar lost during the job: {err!r}")
                 self.buffer = self.link.buffer
@@ -100,7 +109,7 @@ class _HeavyJob:
             try:
                 path = out_path(self.config.out, pid=os.getpid(), job=self.job)
                 self.timeline.save(path)
-            except Exception as err:  # monitoring must never break the job it watches
+            except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
                 _warn(f"could not write {path}: {err!r}")
 
     def _lost_timeline(self, status: str, error: str | None) -> Timeline:
@@ -110,7 +119,7 @@ class _HeavyJob:
         wid = protocol.worker_id(os.uname().nodename, pid, "lost", self.config.node)
         t = Timeline()
         t.workers[wid] = Worker(wid, host=os.uname().nodename, node=self.config.node, pid=pid,
-                                status="sidecar_lost", errors=[self.lost or ""])
+                                status=Status.SIDECAR_LOST, errors=[self.lost or ""])
         end = time.time_ns()
         offset = time.time_ns() - time.monotonic_ns()
         t.jobs.append(Job(wid, self.job, self.name, self.start_ns, end, status, error, pid, None))
@@ -146,7 +155,7 @@ class monitor:
         self.timeline: Timeline | None = None
         self._job: _HeavyJob | None = None
 
-    def __enter__(self) -> "monitor":
+    def __enter__(self) -> monitor:
         self._job = _HeavyJob(self.config, self.name, want_timeline=True)
         self._job.start()
         return self
@@ -169,13 +178,14 @@ class profiled:
                  out: str | None = None, node: str | None = None,
                  samples_per_frame: int | None = None) -> None:
         self.fn = fn
-        self.options = {"mode": mode, "interval": interval, "endpoint": endpoint, "out": out,
-                        "node": node, "samples_per_frame": samples_per_frame}
+        self.options: dict[str, object] = {
+            "mode": mode, "interval": interval, "endpoint": endpoint, "out": out, "node": node,
+            "samples_per_frame": samples_per_frame}
         resolve(**self.options)  # a bad option fails here, in the driver, not in every worker
         functools.update_wrapper(self, fn)
         self.last_stats: dict[str, float] | None = None
         self.last_timeline: Timeline | None = None
-        self._cached: tuple[tuple, Config] | None = None
+        self._cached: tuple[tuple[str | None, ...], Config] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"fn": self.fn, "options": self.options}

@@ -1,17 +1,17 @@
 """Light mode: counters read at a job's start and end, no extra process, a flat stats dict.
 
 Everything comes from getrusage and a few small /proc reads (no psutil objects, no threads):
-about 0.2 ms a job, most of it /proc/stat and the network counters. With an endpoint, the stats go to the driver as the job's end frame,
-through one non-blocking socket per worker process.
+about 0.2 ms a job, most of it /proc/stat and the network counters. With an endpoint, the stats
+go to the driver as the job's end frame, through one non-blocking socket per worker process.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import resource
 import socket
-import sys
 import threading
 import time
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from .. import procfs, protocol
 from ..config import Config
 from ..procfs import read_io, read_net_dev
+from ..protocol import Status
 from . import recorder
 
 
@@ -56,7 +57,7 @@ def _io() -> dict[str, int]:
 
 
 class Reading:
-    __slots__ = ("wall", "own", "children", "io", "net", "cores")
+    __slots__ = ("children", "cores", "io", "net", "own", "wall")
 
     def __init__(self) -> None:
         # getrusage has microsecond resolution where os.times() counts 10 ms ticks: a 2 ms
@@ -85,7 +86,7 @@ def stats(start: Reading, end: Reading, peak_reset: bool) -> dict[str, float]:
         out["cpu_percent"] = total / wall * 100.0
     if start.cores and end.cores and len(start.cores) == len(end.cores):
         pcts = []
-        for k, ((b0, n0), (b1, n1)) in enumerate(zip(start.cores, end.cores)):
+        for k, ((b0, n0), (b1, n1)) in enumerate(zip(start.cores, end.cores, strict=True)):
             if n1 > n0:  # a job shorter than a clock tick has no per-core figure
                 pct = 100.0 * (b1 - b0) / (n1 - n0)
                 out[f"host_cpu_percent_core{k}"] = pct
@@ -114,6 +115,7 @@ def stats(start: Reading, end: Reading, peak_reset: bool) -> dict[str, float]:
 
 # How long a light worker waits at exit for the driver to take its last frames.
 EXIT_WAIT = 0.5
+log = logging.getLogger("workerscope")
 
 
 class _Sender:
@@ -139,14 +141,14 @@ class _Sender:
             self.outbox.send(protocol.encode_frame(kind, self.worker, self.seq, body))
 
     def close(self) -> None:
-        self.send(protocol.BYE, {"t": time.monotonic_ns(), "status": "exited",
+        self.send(protocol.BYE, {"t": time.monotonic_ns(), "status": Status.EXITED,
                                  "dropped": self.outbox.dropped})
         with self.lock:
             self.outbox.wait_ack(self.seq, min(self.config.bye_timeout, EXIT_WAIT))
             self.outbox.close()
 
 
-_senders: dict[tuple, _Sender | None] = {}
+_senders: dict[tuple[str | None, str | None], _Sender | None] = {}
 _lock = threading.Lock()
 
 
@@ -158,9 +160,8 @@ def _sender(config: Config) -> _Sender | None:
         if key not in _senders:
             try:
                 _senders[key] = _Sender(config)
-            except Exception as err:  # zmq.ZMQError and kin: monitoring must not break the job
-                print(f"workerscope: light-mode stats not sent to {config.endpoint}: {err}",
-                      file=sys.stderr)
+            except Exception as err:  # noqa: BLE001 - zmq.ZMQError and kin: monitoring must not break the job
+                log.warning("workerscope: light-mode stats not sent to %s: %s", config.endpoint, err)
                 _senders[key] = None
         return _senders[key]
 
@@ -183,7 +184,7 @@ atexit.register(_close_senders)
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def run(wrapper: Any, config: Config, args: tuple, kwargs: dict) -> Any:
+def run(wrapper: Any, config: Config, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Call wrapper.fn under light mode; its stats land in wrapper.last_stats."""
     sender = _sender(config) if config.endpoint else None
     job = recorder.next_id()
@@ -193,11 +194,11 @@ def run(wrapper: Any, config: Config, args: tuple, kwargs: dict) -> Any:
                                          "pid": os.getpid(), "tid": threading.get_native_id()})
     peak_reset = procfs.reset_peak("self")
     start = Reading()
-    status, error = "ok", None
+    status, error = Status.OK, None
     try:
         return wrapper.fn(*args, **kwargs)
     except BaseException as exc:
-        status, error = "error", type(exc).__qualname__
+        status, error = Status.ERROR, type(exc).__qualname__
         raise
     finally:
         wrapper.last_stats = stats(start, Reading(), peak_reset)

@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 from .. import protocol
-from . import recorder as spans
 from ..config import Config, to_dict
 from ..errors import ProtocolError, SidecarError
+from . import recorder as spans
 
 START_TIMEOUT = 30.0
 REPLY_TIMEOUT = 30.0
@@ -30,7 +30,7 @@ class SidecarLink:
         self.config = config
         self.target_pid = os.getpid() if target_pid is None else target_pid
         self.worker_id = ""
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._reader = protocol.PipeReader()
         self._inbox: list[tuple[str, dict[str, Any]]] = []
@@ -101,7 +101,8 @@ class SidecarLink:
         if self._sock is not None:
             try:
                 if not self.dead:
-                    self._flusher and self._flusher.flush()
+                    if self._flusher is not None:
+                        self._flusher.flush()
                     self._write(protocol.encode_pipe(protocol.CLOSE, {}))
             except (OSError, SidecarError):
                 self.dead = True
@@ -180,7 +181,7 @@ class SidecarLink:
             self._sock.settimeout(left)
             try:
                 chunk = self._sock.recv(1 << 20)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError as err:
                 self.dead = True
@@ -199,11 +200,11 @@ class SidecarLink:
 
 
 # -- one link per process and settings -----------------------------------------------------------
-_links: dict[tuple, SidecarLink] = {}
+_links: dict[tuple[object, ...], SidecarLink] = {}
 _links_lock = threading.Lock()
 
 
-def _key(config: Config) -> tuple:
+def _key(config: Config) -> tuple[object, ...]:
     return (config.interval, config.endpoint, config.node, config.bye_timeout,
             config.flush_interval, config.samples_per_frame, config.send_queue)
 

@@ -14,13 +14,14 @@ import itertools
 import os
 import threading
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from .. import protocol
 from ..errors import WorkerscopeError
 
 # (job id, span id) of the innermost open span in this thread or task.
-current: contextvars.ContextVar[tuple[Optional[int], Optional[int]]] = contextvars.ContextVar(
+current: contextvars.ContextVar[tuple[int | None, int | None]] = contextvars.ContextVar(
     "workerscope_current", default=(None, None)
 )
 _ids = itertools.count(1)
@@ -33,25 +34,26 @@ def thread_id() -> int:
     """The kernel's id of this thread (what Perfetto and /proc show), cached per thread:
     get_native_id() is a system call, ~200 ns on the hot path of every span."""
     try:
-        return _local.tid
+        tid: int = _local.tid
+        return tid
     except AttributeError:
         tid = _local.tid = threading.get_native_id()
         return tid
 
 
 # A forked child's only thread is new to the kernel: forget the parent's id.
-os.register_at_fork(after_in_child=lambda: _local.__dict__.clear())
+os.register_at_fork(after_in_child=_local.__dict__.clear)
 
 
 class Buffer:
     """Span and mark records of one process, waiting to be shipped."""
 
     def __init__(self) -> None:
-        self.records: collections.deque[tuple] = collections.deque()
+        self.records: collections.deque[tuple[Any, ...]] = collections.deque()
         self.thread_names: dict[int, str] = {}
         self.new_threads: collections.deque[tuple[int, str]] = collections.deque()
 
-    def add(self, record: tuple) -> None:
+    def add(self, record: tuple[Any, ...]) -> None:
         tid = record[7]
         if tid not in self.thread_names:
             name = threading.current_thread().name
