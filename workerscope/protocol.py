@@ -196,8 +196,10 @@ def decode_frame(data: bytes) -> Frame:
     version, kind, worker, seq, body = msg
     if version != VERSION:
         raise ProtocolError(f"frame schema version {version!r}, this workerscope reads {VERSION}")
-    if kind not in FRAME_KINDS:
-        raise ProtocolError(f"unknown frame kind {kind!r}")
+    # isinstance first: a list or map in the kind's place is unhashable, and `in` would raise
+    # TypeError, which once ended the driver's receive thread.
+    if not isinstance(kind, str) or kind not in FRAME_KINDS:
+        raise ProtocolError(f"unknown frame kind {kind!r:.100}")
     if not isinstance(worker, str) or not worker:
         raise ProtocolError("frame worker id must be a non-empty string")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
@@ -234,6 +236,7 @@ class PipeReader:
             if (
                 not isinstance(msg, list)
                 or len(msg) != 2
+                or not isinstance(msg[0], str)
                 or msg[0] not in PIPE_KINDS
                 or not isinstance(msg[1], dict)
             ):
