@@ -68,7 +68,7 @@ def test_load_refuses_what_it_cannot_read(tmp_path):
 
 def test_save_is_atomic_on_failure(tmp_path):
     """A save into a missing folder raises and leaves no partial file behind."""
-    with pytest.raises(OSError):
+    with pytest.raises(WorkerscopeError, match="no such folder"):
         Timeline().save(tmp_path / "missing" / "t.wsc")
     assert list(tmp_path.iterdir()) == []
 

@@ -16,6 +16,7 @@ from . import protocol
 from .config import resolve
 from .errors import WorkerscopeError
 from .protocol import Status
+from .timeline import check_output_path
 
 if TYPE_CHECKING:
     from .worker.link import SidecarLink
@@ -62,6 +63,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.cmd:
         raise WorkerscopeError("nothing to run: give a command after --, e.g. workerscope run -- make")
     config = resolve(interval=args.interval, endpoint=args.endpoint, node=args.node)
+    if args.output:
+        check_output_path(args.output)  # before the command runs, not after
     link: SidecarLink | None = None
     try:
         starting = SidecarLink(config)
@@ -138,6 +141,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if not os.path.exists(f"/proc/{args.pid}"):
         raise WorkerscopeError(f"no process {args.pid}")
     config = resolve(interval=args.interval, endpoint=args.endpoint, node=args.node)
+    if args.output:
+        check_output_path(args.output)
     link = SidecarLink(config)
     link.spawn()
     link.handshake(args.pid)
@@ -190,6 +195,8 @@ def cmd_listen(args: argparse.Namespace) -> int:
     from .driver.subscriber import Subscriber
     from .export.terminal import frame_line
 
+    if args.output:
+        check_output_path(args.output)
     lost_seen: dict[str, int] = {}
 
     def on_frame(frame: protocol.Frame) -> None:
@@ -259,18 +266,11 @@ def _live(sub, jobs: int | None, stop: threading.Event) -> None:  # type: ignore
 def cmd_report(args: argparse.Namespace) -> int:
     from .timeline import load
 
-    try:
-        timeline = load(args.file)
-    except OSError as err:
-        raise WorkerscopeError(f"cannot read {args.file}: {err.strerror or err}") from err
-    wrote = []
-    for path in (args.html, args.json, args.csv, args.wsc):
-        if path:
-            wrote.append(timeline.save(path))
-    if args.png:
-        from .export.plots import save_png
-
-        wrote.append(save_png(timeline, args.png))
+    outputs = [path for path in (args.html, args.json, args.csv, args.wsc, args.png) if path]
+    for path in outputs:
+        check_output_path(path)  # before the (possibly long) load
+    timeline = load(args.file)
+    wrote = [timeline.save(path) for path in outputs]
     if wrote:
         for path in wrote:
             print(f"wrote {path}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -165,11 +166,7 @@ class Timeline:
         The formats other than .wsc live in workerscope.export, which registers them here
         (this module imports no exporter)."""
         path = os.fspath(path)
-        ext = os.path.splitext(path)[1].lower()
-        writer = _WRITERS.get(ext)
-        if writer is None:
-            known = ", ".join(sorted(_WRITERS))
-            raise WorkerscopeError(f"unknown file type for {path!r}: use one of {known}")
+        writer = _WRITERS[check_output_path(path)]
         return writer(self, path)
 
     def to_dict(self) -> dict[str, Any]:
@@ -187,21 +184,93 @@ class Timeline:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Timeline:
+        """The inverse of to_dict, every record's fields checked for type: a damaged or
+        hand-made file is refused here, never half-read into views that fail later."""
         if not isinstance(d, dict) or d.get("version") != FILE_VERSION:
             raise WorkerscopeError("not a workerscope timeline of a version this release reads")
         try:
             return cls(
-                workers={w["id"]: Worker(**w) for w in d["workers"]},
-                jobs=[Job(*j) for j in d["jobs"]],
-                spans=[Span(*s) for s in d["spans"]],
-                marks=[Mark(*m) for m in d["marks"]],
-                samples=[Sample(*s) for s in d["samples"]],
-                processes={(w, pid): name for w, pid, name in d["processes"]},
-                threads={(w, pid, tid): name for w, pid, tid, name in d["threads"]},
+                workers={w["id"]: _record(Worker, w) for w in d["workers"]},
+                jobs=[_record(Job, j) for j in d["jobs"]],
+                spans=[_record(Span, s) for s in d["spans"]],
+                marks=[_record(Mark, m) for m in d["marks"]],
+                samples=[_record(Sample, s) for s in d["samples"]],
+                processes={(_typed(str, w), _typed(int, pid)): _typed(str, name)
+                           for w, pid, name in d["processes"]},
+                threads={(_typed(str, w), _typed(int, pid), _typed(int, tid)): _typed(str, name)
+                         for w, pid, tid, name in d["threads"]},
             )
         except (KeyError, TypeError, ValueError) as err:
-            raise WorkerscopeError(f"damaged timeline file: {err!r}") from err
+            raise WorkerscopeError(f"damaged timeline file: {err}") from err
 
+
+def _typed(kind: type, value: Any) -> Any:
+    if not _CHECKS[kind.__name__](value):
+        raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# Checks for the annotations the records use (annotations are strings here: see the
+# __future__ import). A record class with a field of another type fails loudly at import.
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "int": _is_int,
+    "float": _is_number,
+    "str": lambda v: isinstance(v, str),
+    "bool": lambda v: isinstance(v, bool),
+    "Any": lambda v: True,
+    "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "dict[str, Any]": lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+    "dict[str, float]": lambda v: isinstance(v, dict) and all(
+        isinstance(k, str) and _is_number(x) for k, x in v.items()),
+}
+
+
+def _field_check(annotation: str) -> Callable[[Any], bool]:
+    parts = [p.strip() for p in annotation.split("|")]
+    optional = "None" in parts
+    checks = [_CHECKS[p] for p in parts if p != "None"]
+    return lambda v: (optional and v is None) or any(c(v) for c in checks)
+
+
+_FIELD_CHECKS: dict[type, list[tuple[str, Callable[[Any], bool], bool]]] = {}
+
+
+def _record(cls: type[Any], raw: Any) -> Any:
+    """One record of a .wsc file: a map (workers) or a row in field order (the rest), its
+    fields checked; a row may stop early where the fields left out have defaults."""
+    fields = _FIELD_CHECKS[cls]
+    if isinstance(raw, dict):
+        names = {name for name, _, _ in fields}
+        unknown = set(raw) - names
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no field(s) {', '.join(sorted(map(str, unknown)))}")
+        values = raw
+    elif isinstance(raw, (list, tuple)) and len(raw) <= len(fields):
+        values = {name: v for (name, _, _), v in zip(fields, raw, strict=False)}
+    else:
+        raise ValueError(f"a {cls.__name__} record is a row of at most {len(fields)} fields")
+    for name, check, required in fields:
+        if name not in values:
+            if required:
+                raise ValueError(f"{cls.__name__}.{name} is missing")
+        elif not check(values[name]):
+            raise ValueError(f"{cls.__name__}.{name} has a wrong type: {values[name]!r:.60}")
+    return cls(**values)
+
+
+for _cls in (Worker, Job, Span, Mark, Sample):
+    _FIELD_CHECKS[_cls] = [
+        (f.name, _field_check(str(f.type)),
+         f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        for f in dataclasses.fields(_cls)]
 
 _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
 _SPAN_FIELDS = tuple(f.name for f in dataclasses.fields(Span))
@@ -250,6 +319,20 @@ Writer = Callable[[Timeline, str], str]
 _WRITERS: dict[str, Writer] = {".wsc": _write_wsc}
 
 
+def check_output_path(path: str, folder: bool = True) -> str:
+    """The extension of an output path if a file could be saved there now (a known format,
+    and with `folder`, an existing folder); else a WorkerscopeError naming what is wrong.
+    Callers check this before the work whose results it will hold."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in _WRITERS:
+        known = ", ".join(sorted(_WRITERS))
+        raise WorkerscopeError(f"unknown file type (extension) for {path!r}: use one of {known}")
+    where = os.path.dirname(path) or "."
+    if folder and not os.path.isdir(where):
+        raise WorkerscopeError(f"cannot write {path!r}: no such folder {where!r}")
+    return ext
+
+
 def register_format(ext: str, writer: Writer) -> None:
     """Let Timeline.save write files ending in `ext` (".json") with `writer(timeline, path)`."""
     _WRITERS[ext.lower()] = writer
@@ -270,12 +353,17 @@ def out_path(template: str, pid: int, job: int) -> str:
 def load(path: str | os.PathLike[str]) -> Timeline:
     """Read a timeline written by Timeline.save (.wsc)."""
     path = os.fspath(path)
-    if not path.endswith(".wsc"):
-        raise WorkerscopeError(
-            f"{path!r}: load() reads workerscope's native .wsc files; a .json trace is for Perfetto"
-        )
-    with open(path, "rb") as f:
-        data = f.read()
+    try:
+        # Before opening: opening a FIFO blocks until a writer comes, a device reads for ever.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise WorkerscopeError(f"{path!r} is not a regular file")
+        if not path.endswith(".wsc"):
+            raise WorkerscopeError(f"{path!r}: load() reads workerscope's native .wsc files; "
+                                   "a .json trace is for Perfetto")
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as err:
+        raise WorkerscopeError(f"cannot read {path!r}: {err.strerror or err}") from err
     try:
         raw = protocol.decode_blob(data, limit=None)
     except ProtocolError as err:

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 from .. import protocol
 from ..builder import build
 from ..config import Config, env_names, resolve
+from ..errors import ConfigError, WorkerscopeError
 from ..protocol import Status
-from ..timeline import Job, Span, Timeline, Worker, out_path
+from ..timeline import Job, Span, Timeline, Worker, check_output_path, out_path
 from . import light
 from . import recorder as spans
 
@@ -53,6 +54,17 @@ def _deactivate(job: int) -> None:
 
 
 log = logging.getLogger("workerscope")
+
+
+def check_out(out: str | None, folder: bool) -> None:
+    """ConfigError now if `out` (a template: {pid}, {job}, {host}) could never be saved: an
+    unknown extension, or with `folder`, a folder that does not exist."""
+    if out is None:
+        return
+    try:
+        check_output_path(out_path(out, pid=0, job=0), folder=folder)
+    except WorkerscopeError as err:
+        raise ConfigError(str(err)) from err
 
 
 def _warn(msg: str) -> None:
@@ -151,6 +163,7 @@ class monitor:
                  samples_per_frame: int | None = None) -> None:
         self.config = resolve(interval=interval, endpoint=endpoint, out=out, node=node,
                               samples_per_frame=samples_per_frame)
+        check_out(self.config.out, folder=True)  # before the block runs, not after it
         self.name = name
         self.timeline: Timeline | None = None
         self._job: _HeavyJob | None = None
@@ -181,7 +194,9 @@ class profiled:
         self.options: dict[str, object] = {
             "mode": mode, "interval": interval, "endpoint": endpoint, "out": out, "node": node,
             "samples_per_frame": samples_per_frame}
-        resolve(**self.options)  # a bad option fails here, in the driver, not in every worker
+        # A bad option fails here, in the driver, not in every worker. The out folder is not
+        # checked: it is the workers' machine's, which may not be this one.
+        check_out(resolve(**self.options).out, folder=False)
         functools.update_wrapper(self, fn)
         self.last_stats: dict[str, float] | None = None
         self.last_timeline: Timeline | None = None
