@@ -1,5 +1,5 @@
 """Exports: per-span attribution against ground truth, the Chrome trace against the Trace Event
-Format, and the PNG figure."""
+Format, the plot specification both the HTML report and the PNG draw from, and the PNG figure."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 from workerscope import monitor, timed
 from workerscope.export.attribution import attribute, function_table
 from workerscope.export.chrome import to_chrome
+from workerscope.export.plotspec import PLOTS, counter_rates, plot_series
+from workerscope.timeline import Sample, Timeline, Worker
 
 MB = 1024 * 1024
 
@@ -44,6 +46,7 @@ def real_timeline():
     return m.timeline
 
 
+@pytest.mark.accuracy
 def test_attribution_against_ground_truth(real_timeline):
     """200 MB allocated shows as a 200 MB peak (10 %); 1 s burned as 0.85-1.1 CPU s; a sleep ~0."""
     t = real_timeline
@@ -128,3 +131,28 @@ def test_png_figure(real_timeline, tmp_path):
     path = save_png(real_timeline, tmp_path / "t.png")
     with open(path, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_counter_rates_skip_resets():
+    """A counter's rate is per second at each interval's end; a counter that went back gives none."""
+    s = 1_000_000_000
+    pts = [(0, 0.0), (s, 100.0), (2 * s, 40.0), (4 * s, 240.0), (4 * s, 300.0)]
+    assert counter_rates(pts) == [(s, 100.0), (4 * s, 100.0)]
+
+
+def test_plot_series_one_line_per_device():
+    """Per-worker plots get a line per worker; a host's counters one line per host, from the
+    worker that sampled them most, whatever the view."""
+    s = 1_000_000_000
+    t = Timeline(workers={w: Worker(w, host="h", pid=p) for w, p in (("h:1:9", 1), ("h:2:9", 2))})
+    for k in range(3):
+        for w in t.workers:
+            t.samples.append(Sample(w, k * s, "tree", None, {"rss_bytes": 1.0 * k}))
+            t.samples.append(Sample(w, k * s, "host", None, {"net_sent_bytes": 10.0 * k,
+                                                             "net_recv_bytes": 0.0}))
+    spec = {p.id: p for p in PLOTS}
+    mem = plot_series(t, spec["plot-mem"], sorted(t.workers))
+    assert [(x.label, x.color, x.worker) for x in mem] == [("h:1:9", 0, True), ("h:2:9", 1, True)]
+    net = plot_series(t, spec["plot-net"], sorted(t.workers))
+    assert [(x.label, x.worker, x.points) for x in net] == [("h", False, [(s, 10.0), (2 * s, 10.0)])]
+    assert plot_series(t, spec["plot-gpu"], sorted(t.workers)) == []

@@ -176,6 +176,7 @@ def big() -> tuple[Timeline, str]:
 
 
 # -- tests --------------------------------------------------------------------------------------
+@pytest.mark.browser
 def test_big_synthetic_timeline_draws_everything(big, tmp_path):
     """16 workers and 50k nested spans: the page is ready, error-free, and every canvas is inked."""
     t, page = big
@@ -200,6 +201,7 @@ def test_big_report_is_compact_and_flags_workers(big):
     assert "gpu0: power_w not supported" in page and "⚠ straggler" in page
 
 
+@pytest.mark.browser
 def test_page_is_self_contained_and_survives_hostile_names(tmp_path):
     """No URL the page would load; a span, attr, note and title of `</script>...` break nothing."""
     t = synthetic(workers=3, spans=300)
@@ -242,6 +244,7 @@ setTimeout(() => {
 </script></body></html>"""
 
 
+@pytest.mark.browser
 def test_wheel_zooms_every_canvas_and_hover_explains_a_span(tmp_path):
     """A wheel over the Gantt zooms the plots too; hovering shows a span's attribution."""
     page = to_html(synthetic(workers=4, spans=2_000))
@@ -251,11 +254,12 @@ def test_wheel_zooms_every_canvas_and_hover_explains_a_span(tmp_path):
     assert body.get("data-errors") is None, body["data-errors"]
     assert body.get("data-done") == "1"
     assert int(body["data-after"]) < int(body["data-before"]), "the CPU plot did not zoom"
-    assert re.match(r"Showing [\d.]+ s – [\d.]+ s of 20 s", body["data-note"])
+    assert re.match(r"Showing [\d.]+ s \u2013 [\d.]+ s of 20 s", body["data-note"])
     assert "worker host0:1000" in body["data-tip"] and "cpu_s ≈" in body["data-tip"]
     assert "CPU (tree) at +" in body["data-plottip"] and "%" in body["data-plottip"]
 
 
+@pytest.mark.browser
 def test_spans_past_the_limit_are_binned_and_said_so(tmp_path, monkeypatch):
     """Past MAX_SPANS the shortest spans become bins, the page says how many, and it still draws."""
     monkeypatch.setattr(html_export, "MAX_SPANS", 500)
@@ -273,6 +277,7 @@ def test_to_html_leaves_the_timeline_alone():
     assert t == before
 
 
+@pytest.mark.browser
 def test_empty_and_damaged_timelines_render(tmp_path):
     """Empty and damaged timelines (unknown worker, parent cycle, NaN, open job) render."""
     page, dom = render(Timeline(), tmp_path, name="empty.html")
@@ -300,6 +305,7 @@ def _squares(n: int) -> int:
     return sum(i * i for i in range(n))
 
 
+@pytest.mark.browser
 def test_report_of_a_real_monitored_job(tmp_path, clean_env):
     """A real monitor() job with @timed calls renders; plots without data draw a message."""
     with monitor(interval=0.05) as m:

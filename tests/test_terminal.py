@@ -6,7 +6,7 @@ import csv
 import io
 import os
 
-from conftest import run_cli
+from helpers import run_cli
 
 from workerscope import Timeline
 from workerscope.export.csv import to_csv

@@ -12,10 +12,19 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-from ..timeline import Span, Timeline
+from ..protocol import Status
+from ..timeline import STRAGGLER_FACTOR, Span, Timeline, is_straggler
+
+# A worker that died: drawn with a cross and counted as bad in every view.
+DIED = (Status.KILLED, Status.SIDECAR_LOST)
+# A job in one of these has not failed (yet).
+NOT_FAILED = (Status.OK, Status.RUNNING)
+
+Attribution = dict[tuple[str, int, int], dict[str, float]]  # (worker, pid, span id) -> estimates
 
 
 @dataclass
@@ -49,8 +58,10 @@ class _Series:
         return self.values[i - 1] if i else None
 
 
-def _series(samples: Iterable[tuple[int, dict[str, float]]], key: Any) -> _Series:
-    times, values = [], []
+def _series(samples: Iterable[tuple[int, dict[str, float]]],
+            key: str | Callable[[dict[str, float]], float | None]) -> _Series:
+    times: list[int] = []
+    values: list[float] = []
     for t, v in samples:
         value = key(v) if callable(key) else v.get(key)
         if value is not None:
@@ -65,7 +76,7 @@ def _cpu(v: dict[str, float]) -> float | None:
     return None
 
 
-def attribute(t: Timeline) -> dict[tuple[str, int, int], dict[str, float]]:
+def attribute(t: Timeline) -> Attribution:
     """(worker, pid, span id) -> estimates of what ran during the span."""
     by_proc: dict[tuple[str, int], list[tuple[int, dict[str, float]]]] = {}
     by_tree: dict[str, list[tuple[int, dict[str, float]]]] = {}
@@ -74,7 +85,7 @@ def attribute(t: Timeline) -> dict[tuple[str, int, int], dict[str, float]]:
             by_proc.setdefault((s.worker, s.pid), []).append((s.t_ns, s.values))
         elif s.scope == "tree":
             by_tree.setdefault(s.worker, []).append((s.t_ns, s.values))
-    cache: dict[Any, dict[str, _Series]] = {}
+    cache: dict[tuple[Any, ...], dict[str, _Series]] = {}
 
     def proc_series(worker: str, pid: int) -> dict[str, _Series]:
         key = ("p", worker, pid)
@@ -95,7 +106,7 @@ def attribute(t: Timeline) -> dict[tuple[str, int, int], dict[str, float]]:
             cache[key] = {"cpu": _series(rows, _cpu)}
         return cache[key]
 
-    out: dict[tuple[str, int, int], dict[str, float]] = {}
+    out: Attribution = {}
     for span in t.spans:
         out[(span.worker, span.pid, span.id)] = _one(span, proc_series(span.worker, span.pid),
                                                     tree_series(span.worker))
@@ -110,8 +121,8 @@ def _delta(series: _Series, t0: int, t1: int) -> float | None:
 def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series]) -> dict[str, float]:
     t0, t1 = span.start_ns, span.end_ns
     res: dict[str, float] = {}
-    for name, series, key in (("cpu_s", p["cpu"], None), ("tree_cpu_s", tree["cpu"], None),
-                              ("read_bytes", p["read"], None), ("write_bytes", p["write"], None)):
+    for name, series in (("cpu_s", p["cpu"]), ("tree_cpu_s", tree["cpu"]),
+                         ("read_bytes", p["read"]), ("write_bytes", p["write"])):
         d = _delta(series, t0, t1)
         if d is not None:
             res[name] = d
@@ -119,7 +130,7 @@ def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series]) -> dict[st
     start, end = rss.at(t0), rss.at(t1)
     if start is not None and end is not None:
         res["rss_growth_bytes"] = end - start
-        peak = max([start, end] + rss.within(t0, t1))
+        peak = max([start, end, *rss.within(t0, t1)])
         # A high-water mark that rose across the span: the peak fell inside it (or near it).
         hwm_before, hwm_after = p["hwm"].last_before(t0), p["hwm"].first_after(t1)
         if hwm_before is not None and hwm_after is not None and hwm_after > hwm_before:
@@ -145,15 +156,15 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
-def function_table(t: Timeline, attribution: dict | None = None) -> list[dict[str, Any]]:
+def function_table(t: Timeline, attribution: Attribution | None = None) -> list[dict[str, Any]]:
     """One row per span name (jobs included, kind "job"): calls, wall-time statistics, self time
     (wall minus time in child spans), attributed CPU and peak memory, errors. Sorted by total."""
     attribution = attribute(t) if attribution is None else attribution
     child_time: dict[tuple[str, int, int], int] = {}
     for s in t.spans:
         if s.parent is not None:
-            key = (s.worker, s.pid, s.parent)
-            child_time[key] = child_time.get(key, 0) + s.duration_ns
+            parent = (s.worker, s.pid, s.parent)
+            child_time[parent] = child_time.get(parent, 0) + s.duration_ns
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     walls: dict[tuple[str, str], list[float]] = {}
     for s in t.spans:
@@ -186,9 +197,9 @@ def function_table(t: Timeline, attribution: dict | None = None) -> list[dict[st
     return out
 
 
-def workers_table(t: Timeline, straggler_factor: float = 1.5) -> list[dict[str, Any]]:
+def workers_table(t: Timeline, straggler_factor: float = STRAGGLER_FACTOR) -> list[dict[str, Any]]:
     """One row per worker: host, pid, status, jobs, frames lost, busy time, and whether it is a
-    straggler (its job time is over straggler_factor x the median of its peers)."""
+    straggler (timeline.is_straggler: its job time against those of the workers that ran jobs)."""
     busy: dict[str, float] = {}
     jobs: dict[str, int] = {}
     failed: dict[str, int] = {}
@@ -196,15 +207,14 @@ def workers_table(t: Timeline, straggler_factor: float = 1.5) -> list[dict[str, 
         end = j.end_ns if j.end_ns is not None else j.start_ns
         busy[j.worker] = busy.get(j.worker, 0.0) + (end - j.start_ns) / 1e9
         jobs[j.worker] = jobs.get(j.worker, 0) + 1
-        failed[j.worker] = failed.get(j.worker, 0) + (j.status not in ("ok", "running"))
-    values = sorted(busy.values())
-    median = _percentile(values, 0.5) if values else math.nan
-    rows = []
+        failed[j.worker] = failed.get(j.worker, 0) + (j.status not in NOT_FAILED)
+    peers = list(busy.values())
+    rows: list[dict[str, Any]] = []
     for wid, w in t.workers.items():
         b = busy.get(wid, 0.0)
         rows.append({"worker": wid, "host": w.host, "pid": w.pid, "status": w.status,
                      "jobs": jobs.get(wid, 0), "failed_jobs": failed.get(wid, 0),
                      "lost": w.lost, "dropped": w.dropped, "busy_s": b,
-                     "straggler": len(values) >= 3 and median > 0 and b > straggler_factor * median})
+                     "straggler": is_straggler(b, peers, straggler_factor)})
     rows.sort(key=lambda r: r["worker"])
     return rows

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..timeline import Span, Timeline
+from .attribution import NOT_FAILED, Attribution, attribute
 
 
 def _us(t_ns: int, origin: int) -> float:
@@ -55,11 +56,9 @@ def _nested(spans: list[Span]) -> tuple[list[Span], list[Span]]:
     return nested, overlapping
 
 
-def to_chrome(t: Timeline, attribution: dict | None = None) -> dict[str, Any]:
+def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, Any]:
     """The trace as a dict ready for json.dump. Each span's args carry its attrs, error, job,
     worker and its resource attribution (cpu_s, peak_rss_bytes, ...; see attribution.py)."""
-    from .attribution import attribute
-
     attribution = attribute(t) if attribution is None else attribution
     origin = t.start_ns or 0
     host_of = {wid: w.host for wid, w in t.workers.items()}
@@ -107,13 +106,13 @@ def to_chrome(t: Timeline, attribution: dict | None = None) -> dict[str, Any]:
         events.append({"ph": "i", "s": "t", "name": m.name, "pid": pid_of(m.worker, m.pid),
                        "tid": m.tid, "ts": _us(m.t_ns, origin), "args": m.attrs or {}})
     for j in t.jobs:
-        if j.status not in ("ok", "running"):
+        if j.status not in NOT_FAILED:
             # A failed or killed job is also an instant on its process, easy to spot.
             end = j.end_ns if j.end_ns is not None else j.start_ns
             events.append({"ph": "i", "s": "p", "name": f"job {j.status}: {j.name}",
                            "pid": pid_of(j.worker, j.pid), "tid": j.tid or j.pid,
                            "ts": _us(end, origin), "args": {"error": j.error, "job": j.id}})
-    host_pid = {}
+    host_pid: dict[str, int] = {}
     for smp in t.samples:
         if smp.scope == "host" or smp.scope.startswith("gpu"):
             # Host counters sit on the first worker of that host that reported them.
@@ -139,7 +138,7 @@ def to_chrome(t: Timeline, attribution: dict | None = None) -> dict[str, Any]:
     }
 
 
-def _span_args(s: Span, attribution: dict) -> dict[str, Any]:
+def _span_args(s: Span, attribution: Attribution) -> dict[str, Any]:
     args: dict[str, Any] = dict(s.attrs or {})
     if s.error:
         args["error"] = s.error

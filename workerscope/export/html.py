@@ -21,10 +21,14 @@ import json
 import math
 import zlib
 from importlib import resources
+from itertools import pairwise
 from typing import Any
 
+from ..protocol import Status
 from ..timeline import Span, Timeline
-from .attribution import attribute, function_table, workers_table
+from .attribution import DIED, Attribution, attribute, function_table, workers_table
+from .plotspec import PLOTS, plot_series
+from .units import BYTE_UNITS, fmt_bytes, fmt_seconds
 
 MAX_SPANS = 500_000  # spans embedded one by one; the shortest beyond this are binned
 SPAN_BINS = 4_000  # time bins per lane for the spans beyond MAX_SPANS
@@ -36,7 +40,6 @@ MAX_TEXT = 2_000  # characters of one span's attrs or error kept for the tooltip
 # Attribution keys in tooltip order; any other key attribute() returns follows, sorted.
 _ATTR_KEYS = ("cpu_s", "tree_cpu_s", "peak_rss_bytes", "rss_growth_bytes", "read_bytes",
               "write_bytes", "gpu_util_percent", "gpu_mem_bytes")
-_KILLED = ("killed", "sidecar_lost")
 
 
 def to_html(timeline: Timeline, title: str = "workerscope report") -> str:
@@ -72,7 +75,7 @@ def to_html(timeline: Timeline, title: str = "workerscope report") -> str:
 
 
 # -- data ---------------------------------------------------------------------------------------
-def _payload(t: Timeline, attribution: dict, wtable: list[dict[str, Any]]
+def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
              ) -> tuple[dict[str, Any], list[str]]:
     notices: list[str] = []
     spans = sorted(t.spans, key=lambda s: (s.start_ns, -s.end_ns))
@@ -85,7 +88,7 @@ def _payload(t: Timeline, attribution: dict, wtable: list[dict[str, Any]]
                    | {m.worker for m in t.marks})
     widx = {w: i for i, w in enumerate(order)}
     straggler = {r["worker"]: r["straggler"] for r in wtable}
-    killed_jobs = {j.worker for j in t.jobs if j.status == "killed"}
+    killed_jobs = {j.worker for j in t.jobs if j.status == Status.KILLED}
     last = dict.fromkeys(order, origin)
     for s in spans:
         last[s.worker] = max(last[s.worker], s.end_ns)
@@ -98,7 +101,7 @@ def _payload(t: Timeline, attribution: dict, wtable: list[dict[str, Any]]
         notices.append(f"{deep:,} spans nested deeper than {MAX_LANES} levels are drawn in "
                        f"their worker's lane {MAX_LANES}.")
     lanes = dict.fromkeys(order, 1)
-    for s, d in zip(spans, depth):
+    for s, d in zip(spans, depth, strict=True):
         lanes[s.worker] = max(lanes[s.worker], min(d, MAX_LANES - 1) + 1)
 
     keep, binned = spans, []
@@ -108,50 +111,53 @@ def _payload(t: Timeline, attribution: dict, wtable: list[dict[str, Any]]
                         key=lambda i: (spans[i].kind != "job", -spans[i].duration_ns))
         chosen = set(ranked[:MAX_SPANS])
         keep = [s for i, s in enumerate(spans) if i in chosen]
-        binned = [(s, d) for i, (s, d) in enumerate(zip(spans, depth)) if i not in chosen]
+        binned = [(s, d) for i, (s, d) in enumerate(zip(spans, depth, strict=True))
+                  if i not in chosen]
         depth = [d for i, d in enumerate(depth) if i in chosen]
 
     names: dict[str, int] = {}
     threads: dict[tuple[int, int], int] = {}
     starts = [round((s.start_ns - origin) / 1000) for s in keep]
+    lengths = [_dur_us(s.end_ns - s.start_ns) for s in keep]
+    flags = [(s.error is not None) | (s.kind == "job") << 1 for s in keep]
+    for i, s in enumerate(keep):
+        status = s.kind == "job" and (s.attrs or {}).get("status")
+        if status == Status.KILLED:
+            flags[i] |= 4
+        elif status == Status.RUNNING:  # still open: drawn up to its worker's last event
+            flags[i] |= 8
+            lengths[i] = _dur_us(max(last[s.worker] - s.start_ns, 0))
     cols = {
         "w": [widx[s.worker] for s in keep],
         "d": [min(d, MAX_LANES - 1) for d in depth],
         "n": [names.setdefault(s.name, len(names)) for s in keep],
         # deltas of the sorted starts: a few digits each
-        "t": [b - a for a, b in zip([0] + starts, starts)],
-        "l": [_dur_us(s.end_ns - s.start_ns) for s in keep],
-        "f": [(s.error is not None) | (s.kind == "job") << 1 for s in keep],
+        "t": [b - a for a, b in pairwise([0, *starts])],
+        "l": lengths,
+        "f": flags,
         "h": [threads.setdefault((s.pid, s.tid), len(threads)) for s in keep],
     }
-    for i, s in enumerate(keep):
-        status = s.kind == "job" and (s.attrs or {}).get("status")
-        if status == "killed":
-            cols["f"][i] |= 4
-        elif status == "running":  # still open: drawn up to its worker's last event
-            cols["f"][i] |= 8
-            cols["l"][i] = _dur_us(max(last[s.worker] - s.start_ns, 0))
     errors = [[i, _clip(s.error)] for i, s in enumerate(keep) if s.error is not None]
     # Attrs (a job's are its status and light-mode stats) as a table of distinct texts and,
     # per span that has any, the delta of its index and its text's number.
     texts: dict[str, int] = {}
     having = [(i, texts.setdefault(_clip(_attrs_text(s.attrs)), len(texts)))
               for i, s in enumerate(keep) if s.attrs]
-    attrs = {"i": [b[0] - a[0] for a, b in zip([(0, 0)] + having, having)],
+    attrs = {"i": [b[0] - a[0] for a, b in pairwise([(0, 0), *having])],
              "x": [x for _, x in having], "texts": list(texts)}
     seen = {k for a in attribution.values() for k in a}
     akeys = [k for k in _ATTR_KEYS if k in seen] + sorted(seen - set(_ATTR_KEYS))
     arows = [attribution.get((s.worker, s.pid, s.id)) or {} for s in keep]
     walls = [max(s.end_ns - s.start_ns, 1) / 1e9 for s in keep]
     ascale = [_attr_scale(k) for k in akeys]
-    avals = [_attr_column(arows, k, scale, walls) for k, scale in zip(akeys, ascale)]
+    avals = [_attr_column(arows, k, scale, walls) for k, scale in zip(akeys, ascale, strict=True)]
 
     bins = _span_bins(binned, origin, end, widx)
     if binned:
         shortest = max(s.duration_ns for s, _ in binned) / 1e9
         notices.append(
             f"{len(spans):,} spans: the {len(keep):,} longest (every job included) are drawn "
-            f"one by one; the other {len(binned):,} (each {_fmt_s(shortest)} or shorter) are "
+            f"one by one; the other {len(binned):,} (each {fmt_seconds(shortest)} or shorter) are "
             f"drawn as {len(bins['c']):,} grey bins, with counts on hover.")
     for m in t.marks:
         names.setdefault(m.name, len(names))
@@ -160,7 +166,7 @@ def _payload(t: Timeline, attribution: dict, wtable: list[dict[str, Any]]
     for wid in order:
         w = t.workers.get(wid)
         status = w.status if w else "unknown"
-        workers.append([wid, status, int(status in _KILLED or wid in killed_jobs),
+        workers.append([wid, status, int(status in DIED or wid in killed_jobs),
                         int(bool(straggler.get(wid))), lanes[wid], w.host if w else "",
                         w.pid if w else 0, _us(last[wid], origin), len(w.notes) if w else 0])
 
@@ -190,9 +196,9 @@ def _attr_scale(key: str) -> Any:
     if key.endswith("_s"):
         return "wall"
     if key in ("peak_rss_bytes", "gpu_mem_bytes"):
-        return 104857.6
+        return BYTE_UNITS["MiB"] / 10
     if key.endswith("_bytes"):
-        return 1024
+        return BYTE_UNITS["KiB"]
     if key.endswith("_percent"):
         return 1
     return None
@@ -206,7 +212,7 @@ def _attr_column(rows: list[dict[str, float]], key: str, scale: Any, walls: list
         try:  # the fast path: 8 keys x 200k spans
             if scale == "wall":
                 text = ",".join(["" if v is None else f"{v * 100 / w:.0f}"
-                                 for v, w in zip(vals, walls)])
+                                 for v, w in zip(vals, walls, strict=True)])
             else:
                 text = ",".join(["" if v is None else f"{v / scale:.0f}" for v in vals])
             if "n" not in text:  # no "inf" or "nan"
@@ -214,7 +220,7 @@ def _attr_column(rows: list[dict[str, float]], key: str, scale: Any, walls: list
         except (TypeError, ValueError):
             text = ""  # an odd value somewhere: the careful loop below handles each one
     out: list[str] = []
-    for v, wall in zip(vals, walls):
+    for v, wall in zip(vals, walls, strict=True):
         if v is None or not isinstance(v, (int, float)) or not math.isfinite(v):
             out.append("")
         elif scale is None:
@@ -243,7 +249,8 @@ def _depths(spans: list[Span]) -> list[int]:
     for i in range(len(spans)):
         if depth[i] >= 0:
             continue
-        path, j = [], i
+        path: list[int] = []
+        j: int | None = i
         while j is not None and depth[j] == -1:
             depth[j] = -2  # on the path: a cycle in damaged data stops here
             path.append(j)
@@ -276,50 +283,13 @@ def _span_bins(binned: list[tuple[Span, int]], origin: int, end: int,
     return out
 
 
-# Plots: (id, title, unit, scope, metrics summed, rate of a cumulative counter, one per host)
-_PLOTS = (
-    ("plot-cpu", "CPU (tree)", "%", "tree", ("cpu_percent",), False, False),
-    ("plot-mem", "RSS (tree)", "B", "tree", ("rss_bytes",), False, False),
-    ("plot-io", "Disk IO (tree)", "B/s", "tree", ("read_bytes", "write_bytes"), True, False),
-    ("plot-net", "Network (host)", "B/s", "host", ("net_sent_bytes", "net_recv_bytes"), True,
-     True),
-    ("plot-gpu", "GPU util", "%", "gpu", ("util_percent",), False, True),
-    ("plot-gpumem", "GPU memory", "B", "gpu", ("mem_used_bytes",), False, True),
-)
-
-
 def _plots(t: Timeline, origin: int, order: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    groups: dict[tuple[str, str], list[tuple[int, dict[str, float]]]] = {}
-    for smp in t.samples:
-        groups.setdefault((smp.worker, smp.scope), []).append((smp.t_ns, smp.values))
-    for rows in groups.values():
-        rows.sort(key=lambda r: r[0])
-    host_of = {wid: (t.workers[wid].host if wid in t.workers else "") for wid in order}
     plots, notes = [], []
-    for pid, title, unit, scope, metrics, rate, per_device in _PLOTS:
-        sources: list[tuple[str, int, list[tuple[int, dict[str, float]]]]] = []
-        if not per_device:
-            sources = [(wid, i, groups[(wid, scope)]) for i, wid in enumerate(order)
-                       if (wid, scope) in groups]
-        else:
-            # Host and GPU counters are the machine's: every worker of a host reads the same
-            # ones, so plot each device once, from the worker that sampled it most.
-            best: dict[tuple[str, str], tuple[str, int]] = {}
-            for (wid, sc), rows in groups.items():
-                if sc == scope or (scope == "gpu" and sc.startswith("gpu") and sc[3:].isdigit()):
-                    k = (host_of.get(wid, ""), sc)
-                    if k not in best or len(rows) > best[k][1]:
-                        best[k] = (wid, len(rows))
-            for i, ((host, sc), (wid, _)) in enumerate(sorted(best.items())):
-                label = f"{host or wid} {sc}" if scope == "gpu" else (host or wid)
-                sources.append((label, len(order) + i, groups[(wid, sc)]))
+    for spec in PLOTS:
         series, total, kept = [], 0, 0
-        for label, color, rows in sources:
-            pts = _points(rows, metrics, rate)
-            if not pts:
-                continue
-            total += len(pts)
-            pts = _thin(pts)
+        for line in plot_series(t, spec, order):
+            total += len(line.points)
+            pts = _thin(line.points)
             kept += len(pts)
             ts, vs, prev = [], [], 0
             for tn, v in pts:
@@ -327,35 +297,16 @@ def _plots(t: Timeline, origin: int, order: list[str]) -> tuple[list[dict[str, A
                 ts.append(u - prev)
                 prev = u
                 vs.append(_num(v))
-            series.append({"label": label, "c": color, "t": ts, "v": vs})
+            series.append({"label": line.label, "c": line.color, "t": ts, "v": vs})
         note = ""
         if kept < total:
             note = f"{total:,} points drawn as {kept:,} (min/max per bin)"
-            notes.append(f"{title}: {note}.")
-        what = f"{scope}{'<i>' if scope == 'gpu' else ''}.{'+'.join(metrics)}"
-        empty = f"no data: no {what} samples" + (" (a rate needs two)" if rate else "")
-        plots.append({"id": pid, "title": title, "unit": unit, "series": series, "note": note,
-                      "empty": empty})
+            notes.append(f"{spec.title}: {note}.")
+        what = f"{spec.scope}{'<i>' if spec.scope == 'gpu' else ''}.{'+'.join(spec.metrics)}"
+        empty = f"no data: no {what} samples" + (" (a rate needs two)" if spec.rate else "")
+        plots.append({"id": spec.id, "title": spec.title, "unit": spec.unit, "series": series,
+                      "note": note, "empty": empty})
     return plots, notes
-
-
-def _points(rows: list[tuple[int, dict[str, float]]], metrics: tuple[str, ...],
-            rate: bool) -> list[tuple[int, float]]:
-    pts = []
-    for tn, values in rows:
-        try:
-            v = sum(values[m] for m in metrics)  # one missing part: the sum is absent
-        except KeyError:
-            continue
-        if isinstance(v, (int, float)) and math.isfinite(v):
-            pts.append((tn, float(v)))
-    if not rate:
-        return pts
-    out = []
-    for (t0, v0), (t1, v1) in zip(pts, pts[1:]):
-        if t1 > t0 and v1 >= v0:  # a counter that went back (reset) gives no rate
-            out.append((t1, (v1 - v0) * 1e9 / (t1 - t0)))
-    return out
 
 
 def _thin(pts: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -431,36 +382,12 @@ def _iso(t_ns: int) -> str:
     return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _fmt_s(x: float | None) -> str:
-    if x is None or not math.isfinite(x):
-        return "–"
-    if x < 1e-6:
-        return f"{x * 1e9:.0f} ns"
-    if x < 1e-3:
-        return f"{x * 1e6:.3g} µs"
-    if x < 1:
-        return f"{x * 1e3:.3g} ms"
-    if x < 1000:
-        return f"{x:.3g} s"
-    return f"{x:,.0f} s"
-
-
-def _fmt_bytes(x: float | None) -> str:
-    if x is None or not math.isfinite(x):
-        return "–"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(x) < 1024:
-            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.3g} {unit}"
-        x /= 1024
-    return f"{x:.3g} TiB"
-
-
 # -- HTML parts ---------------------------------------------------------------------------------
 def _header(t: Timeline, title: str, data: dict[str, Any], notices: list[str]) -> str:
     nw, nj, ns = data["counts"]
     dur = data["end_us"] / 1e6
     end_iso = _iso(data["origin_ns"] + data["end_us"] * 1000)
-    when = f"{_esc(data['start'])} → {_esc(end_iso)} ({_esc(_fmt_s(dur) if dur else '0 s')})"
+    when = f"{_esc(data['start'])} → {_esc(end_iso)} ({_esc(fmt_seconds(dur) if dur else '0 s')})"
     if not (nw or t.marks or t.jobs):
         when = "an empty timeline: nothing was recorded"
     out = [f"<header><h1>{_esc(title)}</h1>",
@@ -497,15 +424,15 @@ def _workers_html(t: Timeline, wtable: list[dict[str, Any]], data: dict[str, Any
     for r in wtable:
         wid = r["worker"]
         active = (last_us.get(wid, 0) - _us(first[wid], origin)) / 1e6 if wid in first else None
-        bad = r["status"] in _KILLED or r["failed_jobs"]
+        bad = r["status"] in DIED or r["failed_jobs"]
         cls = " class=\"bad\"" if bad else (" class=\"slow\"" if r["straggler"] else "")
         out.append(
             f"<tr{cls}><td><code>{_esc(wid)}</code></td><td>{_esc(r['host'])}</td>"
             f"<td class=\"num\">{_esc(r['pid'])}</td><td>{_esc(r['status'])}</td>"
             f"<td class=\"num\">{r['jobs']:,}</td><td class=\"num\">{r['failed_jobs']:,}</td>"
             f"<td class=\"num\">{r['lost']:,}</td><td class=\"num\">{r['dropped']:,}</td>"
-            f"<td class=\"num\">{_esc(_fmt_s(r['busy_s']))}</td>"
-            f"<td class=\"num\">{_esc(_fmt_s(active))}</td>"
+            f"<td class=\"num\">{_esc(fmt_seconds(r['busy_s']))}</td>"
+            f"<td class=\"num\">{_esc(fmt_seconds(active))}</td>"
             f"<td>{'⚠ straggler' if r['straggler'] else ''}</td></tr>")
     out.append("</tbody></table></section>")
     return "".join(out)
@@ -523,16 +450,16 @@ def _functions_html(rows: list[dict[str, Any]]) -> str:
         out.append(
             f"<tr{cls}><td><code>{_esc(r['name'])}</code></td><td>{_esc(r['kind'])}</td>"
             f"<td class=\"num\">{r['calls']:,}</td>"
-            + "".join(f"<td class=\"num\">{_esc(_fmt_s(r[k]))}</td>"
+            + "".join(f"<td class=\"num\">{_esc(fmt_seconds(r[k]))}</td>"
                       for k in ("total_s", "self_s", "mean_s", "p50_s", "p95_s", "max_s", "cpu_s"))
-            + f"<td class=\"num\">{_esc(_fmt_bytes(r['peak_rss_bytes']))}</td>"
+            + f"<td class=\"num\">{_esc(fmt_bytes(r['peak_rss_bytes']))}</td>"
             f"<td class=\"num\">{r['errors']:,}</td></tr>")
     out.append("</tbody></table>")
     if len(rows) > MAX_ROWS:
         rest = rows[MAX_ROWS:]
         out.append(f"<p class=\"note\">{len(rest):,} more names not listed "
                    f"({sum(r['calls'] for r in rest):,} calls, "
-                   f"{_esc(_fmt_s(sum(r['total_s'] for r in rest)))} in total); the Chrome "
+                   f"{_esc(fmt_seconds(sum(r['total_s'] for r in rest)))} in total); the Chrome "
                    f"trace export has every span.</p>")
     out.append("</section>")
     return "".join(out)

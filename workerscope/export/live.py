@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..export.terminal import _fmt_bytes, _fmt_s, _short
+from .units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
 
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -22,16 +22,16 @@ def render(rows: list[dict[str, Any]], endpoint: str, width: int = 100, jobs: in
         if r["span"]:
             job = f"{job} / {r['span']}"
         table.append([
-            _short(str(r["worker"])), str(r["status"]), job[:32],
-            "-" if r["cpu_percent"] is None else f"{r['cpu_percent']:.0f}%",
-            _fmt_bytes(r["rss_bytes"]),
-            "-" if r["gpu_util_percent"] is None else f"{r['gpu_util_percent']:.0f}%",
+            short_worker(str(r["worker"])), str(r["status"]), job[:32],
+            fmt_percent(r["cpu_percent"]),
+            fmt_bytes(r["rss_bytes"]),
+            fmt_percent(r["gpu_util_percent"]),
             str(r["lost"]) + (f" (+{r['dropped']} dropped)" if r["dropped"] else ""),
-            _fmt_s(r["running_s"]) if r["running_s"] is not None else "-",
+            fmt_seconds(r["running_s"]),
             "STRAGGLER" if r["straggler"] else "",
         ])
     widths = [max([len(c)] + [len(row[i]) for row in table]) for i, c in enumerate(cols)]
     lines = [head[:width], ""]
-    for row in [cols] + table:
+    for row in [cols, *table]:
         lines.append("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()[:width])
     return "\n".join(lines) + "\n"

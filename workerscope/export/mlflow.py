@@ -19,7 +19,12 @@ from ..timeline import Timeline
 
 BATCH = 1000  # MLflow takes at most 1000 metrics per log_batch call
 
-# workerscope's per-tree metrics logged beside MLflow's names (bytes become megabytes).
+# MLflow's megabytes are 10**6 bytes (its own system-metrics monitors divide by 1e6). These are
+# MLflow's names and MLflow's units, so our charts line up with its own: not units.py's
+# binary units, which are for what workerscope itself shows.
+MEGABYTE = 1e6
+
+# workerscope's per-tree metrics logged beside MLflow's names (bytes become MLflow's megabytes).
 TREE = ("cpu_percent", "rss_bytes", "peak_rss_bytes", "uss_bytes", "read_bytes", "write_bytes",
         "num_procs", "num_threads", "gpu_mem_bytes", "gpu_util_percent")
 
@@ -29,7 +34,7 @@ def _mlflow_host(values: dict[str, float], first: dict[str, float]) -> dict[str,
     if "cpu_percent" in values:
         out["cpu_utilization_percentage"] = values["cpu_percent"]
     if "mem_used_bytes" in values:
-        out["system_memory_usage_megabytes"] = values["mem_used_bytes"] / 1e6
+        out["system_memory_usage_megabytes"] = values["mem_used_bytes"] / MEGABYTE
         if values.get("mem_total_bytes"):
             out["system_memory_usage_percentage"] = (
                 100.0 * values["mem_used_bytes"] / values["mem_total_bytes"])
@@ -37,7 +42,7 @@ def _mlflow_host(values: dict[str, float], first: dict[str, float]) -> dict[str,
     for ours, theirs in (("net_recv_bytes", "network_receive_megabytes"),
                          ("net_sent_bytes", "network_transmit_megabytes")):
         if ours in values and ours in first:
-            out[theirs] = (values[ours] - first[ours]) / 1e6
+            out[theirs] = (values[ours] - first[ours]) / MEGABYTE
     return out
 
 
@@ -46,7 +51,7 @@ def _mlflow_gpu(i: str, values: dict[str, float]) -> dict[str, float]:
     if "util_percent" in values:
         out[f"gpu_{i}_utilization_percentage"] = values["util_percent"]
     if "mem_used_bytes" in values:
-        out[f"gpu_{i}_memory_usage_megabytes"] = values["mem_used_bytes"] / 1e6
+        out[f"gpu_{i}_memory_usage_megabytes"] = values["mem_used_bytes"] / MEGABYTE
         if values.get("mem_total_bytes"):
             out[f"gpu_{i}_memory_usage_percentage"] = (
                 100.0 * values["mem_used_bytes"] / values["mem_total_bytes"])
@@ -60,7 +65,7 @@ def _tree(values: dict[str, float]) -> dict[str, float]:
     for key in TREE:
         if key in values:
             name = key.replace("_bytes", "_megabytes")
-            out[f"tree/{name}"] = values[key] / 1e6 if key.endswith("_bytes") else values[key]
+            out[f"tree/{name}"] = values[key] / MEGABYTE if key.endswith("_bytes") else values[key]
     return out
 
 
@@ -80,10 +85,11 @@ def metrics(t: Timeline, node_id: str | None = None) -> list[tuple[str, float, i
         nodes[wid] = node
     prefix_of: dict[str, str] = {}
     for wid, node in nodes.items():
+        name = node
         if node is not None and sum(n == node for n in nodes.values()) > 1:
             # Two workers under one node id would log one name twice per step.
-            node = f"{node}-{t.workers[wid].pid}"
-        prefix_of[wid] = "system/" + (f"{node}/" if node else "")
+            name = f"{node}-{t.workers[wid].pid}"
+        prefix_of[wid] = "system/" + (f"{name}/" if name else "")
     out: list[tuple[str, float, int, int]] = []
     step: dict[tuple[str, str], int] = {}
     first_host: dict[str, dict[str, float]] = {}

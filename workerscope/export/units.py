@@ -1,0 +1,77 @@
+"""How every view writes a value: one formatter per unit, one convention for the whole product.
+
+Bytes in binary units spelled B, KiB, MiB, GiB, TiB, as memory is sized (a 2 GiB limit
+shows as "2 GiB", not "2.15 GB"): three significant digits and a space before the unit, as
+fmtBytes in report.js prints them, so the page and the terminal agree: 1536 -> "1.5 KiB". A
+rate is bytes per second: "1.5 MiB/s". Seconds in ns, µs, ms or s, three significant digits.
+A value that is absent (None) or not finite is MISSING.
+"""
+
+from __future__ import annotations
+
+import math
+
+MISSING = "-"
+
+# The binary byte units, in bytes; plots.py scales its axes by these.
+BYTE_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_TIME_UNITS = (("ns", 1e-9), ("µs", 1e-6), ("ms", 1e-3))
+
+
+def _sig3(x: float) -> str:
+    """x to three significant digits, trailing zeros dropped and never in exponent form:
+    what `+x.toPrecision(3)` prints in report.js (1.50 -> "1.5", 1010 -> "1010")."""
+    return f"{float(f'{x:.3g}'):g}"
+
+
+def fmt_bytes(n: float | None) -> str:
+    """A byte count: "512 B", "1.5 KiB", "300 MiB", "2.25 GiB"."""
+    if n is None or not math.isfinite(n):
+        return MISSING
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(x) < 1024:
+            return f"{x:.0f} {unit}" if unit == "B" else f"{_sig3(x)} {unit}"
+        x /= 1024
+    return f"{_sig3(x) if abs(x) < 1000 else f'{x:.0f}'} TiB"
+
+
+def fmt_rate(bytes_per_s: float | None) -> str:
+    """A byte rate: "1.5 MiB/s"."""
+    text = fmt_bytes(bytes_per_s)
+    return text if text == MISSING else f"{text}/s"
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    """A duration: "0 s", "412 ns", "12.3 µs", "1.5 ms", "9.75 s", "1,234 s"."""
+    if seconds is None or not math.isfinite(seconds):
+        return MISSING
+    x = float(seconds)
+    if x == 0:
+        return "0 s"
+    for unit, size in _TIME_UNITS:
+        # Rounded first, so 0.9996 s reads "1 s", not "1000 ms".
+        if abs(float(f"{x / size:.3g}")) < 1000:
+            return f"{_sig3(x / size)} {unit}"
+    if abs(float(f"{x:.3g}")) < 1000:
+        return f"{_sig3(x)} s"
+    return f"{x:,.0f} s"
+
+
+def fmt_percent(percent: float | None) -> str:
+    """A percentage, whole: "42%" (CPU above 100% is more than one core)."""
+    if percent is None or not math.isfinite(percent):
+        return MISSING
+    return f"{percent:.0f}%"
+
+
+def short_worker(worker_id: str) -> str:
+    """A worker's label in every view: host:pid of its id ([node/]host:pid:sidecar)."""
+    parts = worker_id.split(":")
+    return ":".join(parts[:2]) if len(parts) >= 2 else worker_id
+
+
+def binary_scale(unit: str) -> int:
+    """Bytes in the binary unit an axis is labelled with ("MiB" and "MiB/s": 2**20); 1 for a
+    label that names no byte unit."""
+    return BYTE_UNITS.get(unit.removesuffix("/s"), 1)
