@@ -15,26 +15,24 @@ from typing import TYPE_CHECKING
 from . import protocol
 from .config import resolve
 from .errors import WorkerscopeError
+from .export.units import fmt_bytes, fmt_percent
 from .protocol import Status
-from .timeline import check_output_path
+from .timeline import Timeline, check_output_path
 
 if TYPE_CHECKING:
+    from .driver.subscriber import Subscriber
     from .worker.link import SidecarLink
 
 
-def _mb(v: float | None) -> str:
-    return "-" if v is None else f"{v / 1e6:.1f} MB"
-
-
-def _summary(timeline) -> str:  # type: ignore[no-untyped-def]
+def _summary(timeline: Timeline) -> str:
     tree = [s for s in timeline.samples if s.scope == "tree"]
     peak_cpu = max((s.values.get("cpu_percent", 0.0) for s in tree), default=None)
     peak_rss = max((s.values.get("rss_bytes", 0) for s in tree), default=None)
     procs = {(s.worker, s.pid) for s in timeline.samples if s.scope == "proc"}
-    cpu = "-" if peak_cpu is None else f"{peak_cpu:.0f}%"
     return (f"{len(timeline.workers)} worker(s), {len(procs)} process(es), "
             f"{len(timeline.jobs)} job(s), {len(timeline.spans)} span(s), "
-            f"{len(tree)} samples; peak tree CPU {cpu}, peak tree RSS {_mb(peak_rss)}")
+            f"{len(tree)} samples; peak tree CPU {fmt_percent(peak_cpu)}, "
+            f"peak tree RSS {fmt_bytes(peak_rss)}")
 
 
 def _shell_code(rc: int) -> int:
@@ -177,7 +175,7 @@ def _process_name(pid: int) -> str:
         return "?"
 
 
-def _save(timeline, out: str, stem: str) -> None:  # type: ignore[no-untyped-def]
+def _save(timeline: Timeline, out: str, stem: str) -> None:
     """Save, or if that fails for any reason, keep the data in a .wsc in the temp folder."""
     try:
         timeline.save(out)
@@ -245,7 +243,7 @@ def _stop_on_ctrl_c() -> threading.Event:
     return stop
 
 
-def _live(sub, jobs: int | None, stop: threading.Event) -> None:  # type: ignore[no-untyped-def]
+def _live(sub: Subscriber, jobs: int | None, stop: threading.Event) -> None:
     """Redraw the live view about once a second until `jobs` jobs ended, or Ctrl-C."""
     import shutil
 
