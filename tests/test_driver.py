@@ -15,7 +15,8 @@ import sys
 import time
 
 import psutil
-from conftest import python_script
+import zmq
+from helpers import python_script
 from jobs import job
 
 from workerscope import Subscriber, monitor, profiled, protocol
@@ -169,11 +170,104 @@ def test_clock_offset_of_another_host_is_corrected(clean_env):
     for w in by_pid.values():
         jobs = sorted((j for j in t.jobs if j.worker == w.id), key=lambda j: j.start_ns)
         stamps = truth["skewed" if w.boot_id.endswith("-skewed") else "plain"]
-        for j, stamp in zip(jobs, stamps):
+        for j, stamp in zip(jobs, stamps, strict=True):
             assert j.start_ns <= stamp + 5_000_000 and stamp - j.start_ns < 5_000_000, (
                 w.boot_id, (stamp - j.start_ns) / 1e6)
     skewed_w = next(w for w in by_pid.values() if w.boot_id.endswith("-skewed"))
     assert abs(offsets[skewed_w.id][0] - 250_000_000) < 5_000_000
+
+
+class FakeSidecar:
+    """A DEALER socket speaking the sidecar's side of the protocol, by hand, from another
+    host (so the driver pings it)."""
+
+    def __init__(self, endpoint: str, wid: str = "elsewhere:7:8") -> None:
+        self.wid = wid
+        self.seq = 0
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 1000)
+        self.sock.setsockopt(zmq.RCVTIMEO, 10_000)
+        self.sock.connect(endpoint)
+
+    def send(self, kind: str, body: dict) -> None:
+        self.sock.send(protocol.encode_frame(kind, self.wid, self.seq, body))
+        self.seq += 1
+
+    def recv(self) -> protocol.Frame:
+        return protocol.decode_frame(self.sock.recv())
+
+    def close(self) -> None:
+        self.sock.close()
+        self.ctx.term()
+
+
+def test_remote_sidecar_is_pinged_and_acked_after_enough_clock_samples(clean_env):
+    """A sidecar of another host is pinged at hello; a pong with non-integer fields is a bad
+    frame; its bye is acknowledged only once 5 pongs came, and the offset of its clock (5 s
+    ahead here) is right within the error bound."""
+    ahead = 5_000_000_000
+    with Subscriber() as sub:
+        side = FakeSidecar(sub.endpoint)
+        try:
+            side.send("hello", {"host": "elsewhere", "pid": 7, "boot_id": "another-boot",
+                                "anchor": [time.time_ns(), time.monotonic_ns()]})
+            ping = side.recv()
+            assert ping.kind == "ping" and ping.worker == "driver"
+            side.send("pong", {"id": ping.body["id"], "t0": ping.body["t0"], "t1": "soon"})
+            assert _eventually(lambda: sub.bad_frames == 1, timeout=10)
+            side.send("pong", {"id": ping.body["id"], "t0": ping.body["t0"],
+                               "t1": time.time_ns() + ahead})
+            side.send("bye", {"status": "exited"})
+            bye_seq, pongs = side.seq - 1, 1
+            while True:
+                frame = side.recv()
+                if frame.kind == "ack":
+                    break
+                assert frame.kind == "ping"
+                side.send("pong", {"id": frame.body["id"], "t0": frame.body["t0"],
+                                   "t1": time.time_ns() + ahead})
+                pongs += 1
+            assert frame.body == {"seq": bye_seq} and pongs >= 5  # pings overlap: one more may be out
+            assert sub.wait(byes=1, timeout=10)
+            offset, error = sub.clock_offsets()[side.wid]
+        finally:
+            side.close()
+        w = sub.timeline().workers[side.wid]
+    assert error is not None and abs(offset - ahead) <= error
+    assert (w.clock_offset_ns, w.clock_error_ns) == (offset, error)
+    assert sub.bad_frames == 1 and sub.lost[side.wid] == 0
+
+
+def test_failing_callback_is_logged_once_and_never_printed(clean_env, caplog, capfd):
+    """An on_frame callback that fails on every frame gives one warning on the
+    workerscope.driver logger, nothing on stderr, and a count of every failure."""
+    def broken(frame):
+        raise RuntimeError("user bug")
+
+    with Subscriber(on_frame=broken) as sub:
+        side = FakeSidecar(sub.endpoint)
+        try:
+            side.send("job_start", {"job": 1, "name": "j", "t": 0, "pid": 7})
+            side.send("job_end", {"job": 1, "t": 5})
+            assert sub.wait(jobs=1, timeout=10)
+            assert _eventually(lambda: sub.callback_errors == 2, timeout=10)
+        finally:
+            side.close()
+    warnings = [r for r in caplog.records if r.name == "workerscope.driver"]
+    assert len(warnings) == 1 and "user bug" in warnings[0].getMessage()
+    assert "user bug" in (sub.last_error or "")
+    assert capfd.readouterr().err == ""
+
+
+def test_frames_after_close_end_at_once(clean_env):
+    """An async iterator asked for after the Subscriber closed ends at once, never hangs."""
+    async def main():
+        sub = Subscriber().start()
+        sub.close()
+        return [f async for f in sub.frames()]
+
+    assert asyncio.run(asyncio.wait_for(main(), 10)) == []
 
 
 def test_async_iterator_follows_frames(clean_env):
@@ -233,7 +327,7 @@ def test_listen_live_view_and_ctrl_c_keeps_everything(clean_env, tmp_path):
             assert line, "listen ended early"
             screen += line
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=30)
+        _, stderr = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()

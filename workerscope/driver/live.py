@@ -1,0 +1,84 @@
+"""What a live view shows of each worker, kept up to date cheaply as frames arrive.
+
+Only the latest values stay in memory (the full record is the Timeline's business): each
+worker's last tree sample, GPU use, open jobs and last span, and the durations of the last
+KEEP_JOBS jobs, against which a running job is judged a straggler by the one rule every view
+uses, `workerscope.timeline.is_straggler`. Not thread-safe: the Subscriber calls it under its
+lock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import protocol
+from ..timeline import Worker, is_straggler
+
+# Durations of this many most recent jobs make the median a running job is judged against.
+KEEP_JOBS = 1000
+
+
+@dataclass
+class WorkerLive:
+    """The latest of one worker, as frames told it."""
+
+    tree: dict[str, float] = field(default_factory=dict)  # the last tree sample's values
+    gpu_util: float | None = None  # mean util_percent over the GPUs of the last sample
+    jobs: dict[int, tuple[str, float]] = field(default_factory=dict)  # id -> (name, started)
+    span: str | None = None  # the name of the last span (or mark) recorded
+
+
+class LiveState:
+    """Live state of every worker, and the durations of recent jobs."""
+
+    def __init__(self, keep_jobs: int = KEEP_JOBS) -> None:
+        self.workers: dict[str, WorkerLive] = {}
+        self.job_seconds: deque[float] = deque(maxlen=keep_jobs)
+
+    def note(self, frame: protocol.Frame, now: float) -> None:
+        """Fold in one frame that the TimelineBuilder has already checked, received at `now`
+        (monotonic seconds)."""
+        b = frame.body
+        w = self.workers.setdefault(frame.worker, WorkerLive())
+        if frame.kind == protocol.SAMPLE:
+            if b.get("tree"):
+                w.tree = dict(b["tree"])
+            utils = [float(v["util_percent"]) for _, v in b.get("gpus", ()) if "util_percent" in v]
+            if utils:
+                w.gpu_util = sum(utils) / len(utils)
+        elif frame.kind == protocol.JOB_START:
+            w.jobs[_job_id(b)] = (str(b.get("name")), now)
+        elif frame.kind == protocol.JOB_END:
+            started = w.jobs.pop(_job_id(b), None)
+            if started is not None:
+                self.job_seconds.append(now - started[1])
+        elif frame.kind == protocol.SPANS and b.get("records"):
+            w.span = str(protocol.SpanRecord._make(b["records"][-1]).name)
+
+    def rows(self, workers: Mapping[str, Worker], states: Mapping[str, str],
+             lost: Mapping[str, int], dropped: Mapping[str, int],
+             now: float) -> list[dict[str, object]]:
+        """One row per worker, sorted by id: see Subscriber.live()."""
+        done = list(self.job_seconds)
+        rows: list[dict[str, object]] = []
+        for wid, worker in sorted(workers.items()):
+            w = self.workers.get(wid) or WorkerLive()
+            running = max((now - t0 for _, t0 in w.jobs.values()), default=None)
+            rows.append({
+                "worker": wid, "host": worker.host, "pid": worker.pid,
+                "status": states.get(wid, ""),
+                "job": ", ".join(name for name, _ in w.jobs.values()) or None,
+                "span": w.span, "cpu_percent": w.tree.get("cpu_percent"),
+                "rss_bytes": w.tree.get("rss_bytes"), "gpu_util_percent": w.gpu_util,
+                "lost": lost.get(wid, 0), "dropped": dropped.get(wid, 0), "running_s": running,
+                "straggler": running is not None and is_straggler(running, done),
+            })
+        return rows
+
+
+def _job_id(body: dict[str, Any]) -> int:
+    # The builder has read this field with int() already, so this cannot fail here.
+    return int(body["job"])
