@@ -17,6 +17,10 @@ from .protocol import Status
 from .timeline import Job, Mark, Sample, Span, Timeline, Worker
 
 
+_INT64 = 2**63
+_SANE_NS = 100 * 365 * 86_400 * 10**9  # a century
+
+
 def _opt(value: Any, kind: type) -> Any:
     """An optional field of an untrusted frame: None, or a value of `kind` (else ValueError)."""
     if value is None:
@@ -63,10 +67,18 @@ class TimelineBuilder:
         self._anchor[wid] = (wall, mono)
 
     def _wall(self, wid: str, mono: Any) -> int:
+        """A worker's monotonic time on the wall-clock axis. A time that lands more than a
+        century from its worker's anchor (or outside int64) is refused: one such frame
+        once made every later save fail (OverflowError)."""
+        if not isinstance(mono, int) or isinstance(mono, bool):
+            raise ValueError(f"a time must be integer nanoseconds, got {type(mono).__name__}")
         anchor = self._anchor.get(wid)
-        if anchor is None:
-            return int(mono)
-        return int(mono) - anchor[1] + anchor[0]
+        wall = mono if anchor is None else mono - anchor[1] + anchor[0]
+        if anchor is not None and abs(wall - anchor[0]) > _SANE_NS:
+            raise ValueError(f"time {mono} is more than a century from the worker's clock")
+        if not -_INT64 <= wall < _INT64:
+            raise ValueError(f"time {mono} is out of range")
+        return wall
 
     def add(self, frame: protocol.Frame) -> None:
         """Fold one frame in. A malformed body raises ProtocolError; nothing is half-added."""
