@@ -28,7 +28,13 @@ class Outbox:
         self._sock.setsockopt(zmq.SNDHWM, send_hwm)
         self._sock.setsockopt(zmq.LINGER, LINGER_MS)
         self._sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
-        self._sock.connect(endpoint)
+        try:
+            self._sock.connect(endpoint)
+        except zmq.ZMQError:
+            # A bad endpoint must not leave the socket and the context's descriptors behind.
+            self._sock.close(linger=0)
+            self._ctx.term()
+            raise
         self.sent = 0
         self.dropped = 0
 
