@@ -60,15 +60,24 @@ def _as_float(name: str, raw: object) -> float:
 
 
 def resolve(environ: Mapping[str, str] | None = None, /, **given: object) -> Config:
-    """Build a Config from arguments (None means 'not given'), then apply WORKERSCOPE_* overrides."""
+    """Build a Config from arguments (None means 'not given'), then apply WORKERSCOPE_* overrides.
+    A bad variable's error names it, so an operator knows which one to fix."""
     env = os.environ if environ is None else environ
     unknown = set(given) - set(_ENV)
     if unknown:
         raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+    overrides = {key: env[var] for key, var in _ENV.items() if env.get(var, "") != ""}
+    for key, raw in overrides.items():
+        try:
+            _build({key: raw})
+        except ConfigError as err:
+            raise ConfigError(f"{_ENV[key]}={raw!r}: {err}") from err
     values: dict[str, object] = {k: v for k, v in given.items() if v is not None}
-    for key, var in _ENV.items():
-        if env.get(var, "") != "":
-            values[key] = env[var]
+    return _build({**values, **overrides})
+
+
+def _build(values: dict[str, object]) -> Config:
+    """Validate and convert settings (given or from the environment) into a Config."""
     if "mode" in values:
         mode = str(values["mode"]).strip().lower()
         if mode not in MODES:

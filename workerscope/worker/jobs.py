@@ -7,12 +7,14 @@ that says so.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
@@ -70,6 +72,15 @@ def check_out(out: str | None, folder: bool) -> None:
 def _warn(msg: str) -> None:
     # With no logging configured, Python's last-resort handler puts warnings on stderr.
     log.warning("workerscope: %s", msg)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _warned:
+        _warned.add(msg)
+        _warn(msg)
 
 
 class _HeavyJob:
@@ -198,6 +209,7 @@ class profiled:
         # checked: it is the workers' machine's, which may not be this one.
         check_out(resolve(**self.options).out, folder=False)
         functools.update_wrapper(self, fn)
+        self._mark_kind()
         self.last_stats: dict[str, float] | None = None
         self.last_timeline: Timeline | None = None
         self._cached: tuple[tuple[str | None, ...], Config] | None = None
@@ -206,7 +218,25 @@ class profiled:
         return {"fn": self.fn, "options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["fn"], **state["options"])  # type: ignore[misc]
+        # No validation here: this runs in the worker, while a pool unpickles its task, where
+        # an exception would break the whole pool (BrokenProcessPool). Settings are checked
+        # at each call instead, and a bad one there never stops the job (_config).
+        self.fn = state["fn"]
+        self.options = state["options"]
+        functools.update_wrapper(self, self.fn)
+        self._mark_kind()
+        self.last_stats = None
+        self.last_timeline = None
+        self._cached = None
+
+    def _mark_kind(self) -> None:
+        self._is_gen = inspect.isgeneratorfunction(self.fn)
+        self._is_async = inspect.iscoroutinefunction(self.fn)
+        if self._is_async:
+            # So asyncio and inspect see a coroutine function, as they do for the fn itself.
+            self._is_coroutine = getattr(asyncio.coroutines, "_is_coroutine", None)
+            if hasattr(inspect, "markcoroutinefunction"):  # 3.12+
+                inspect.markcoroutinefunction(self)
 
     def _config(self) -> Config:
         # Settings come from the options and the WORKERSCOPE_* variables of the process the
@@ -214,26 +244,75 @@ class profiled:
         key = tuple(os.environ.get(var) for var in _ENV_VARS)
         cached = self._cached
         if cached is None or cached[0] != key:
-            cached = self._cached = (key, resolve(**self.options))
+            try:
+                config = resolve(**self.options)
+            except ConfigError as err:
+                # A bad WORKERSCOPE_* value where the job runs must not stop it: run with the
+                # settings of the call alone and say so, once per value.
+                config = resolve({}, **self.options)
+                _warn_once(f"{err}; the job runs with the settings given to profiled()")
+            cached = self._cached = (key, config)
         return cached[1]
 
+    def _job(self, config: Config) -> _HeavyJob | light.LightJob:
+        name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
+        if config.mode == "light":
+            return light.LightJob(config, name)
+        return _HeavyJob(config, name, want_timeline=config.out is not None)
+
+    def _end(self, job: _HeavyJob | light.LightJob, exc: BaseException | None) -> None:
+        job.end(exc)
+        if isinstance(job, light.LightJob):
+            self.last_stats = job.stats
+        else:
+            self.last_timeline = job.timeline
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._is_gen:
+            return self._iterate(args, kwargs)
+        if self._is_async:
+            return self._await(args, kwargs)
         config = self._config()
         if config.mode == "off":
             return self.fn(*args, **kwargs)
-        if config.mode == "light":
-            return light.run(self, config, args, kwargs)
-        name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
-        job = _HeavyJob(config, name, want_timeline=config.out is not None)
+        job = self._job(config)
         job.start()
         try:
             result = self.fn(*args, **kwargs)
         except BaseException as exc:
-            job.end(exc)
-            self.last_timeline = job.timeline
+            self._end(job, exc)
             raise
-        job.end(None)
-        self.last_timeline = job.timeline
+        self._end(job, None)
+        return result
+
+    def _iterate(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Generator[Any, Any, Any]:
+        """A generator function's job is its iteration, from the first item to the end."""
+        config = self._config()
+        if config.mode == "off":
+            return (yield from self.fn(*args, **kwargs))
+        job = self._job(config)
+        job.start()
+        try:
+            result = yield from self.fn(*args, **kwargs)
+        except BaseException as exc:
+            self._end(job, exc)
+            raise
+        self._end(job, None)
+        return result
+
+    async def _await(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A coroutine function's job is the awaited call."""
+        config = self._config()
+        if config.mode == "off":
+            return await self.fn(*args, **kwargs)
+        job = self._job(config)
+        job.start()
+        try:
+            result = await self.fn(*args, **kwargs)
+        except BaseException as exc:
+            self._end(job, exc)
+            raise
+        self._end(job, None)
         return result
 
 

@@ -184,24 +184,28 @@ atexit.register(_close_senders)
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def run(wrapper: Any, config: Config, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Call wrapper.fn under light mode; its stats land in wrapper.last_stats."""
-    sender = _sender(config) if config.endpoint else None
-    job = recorder.next_id()
-    name = getattr(wrapper.fn, "__qualname__", None) or repr(wrapper.fn)
-    if sender is not None:
-        sender.send(protocol.JOB_START, {"job": job, "name": name, "t": time.monotonic_ns(),
-                                         "pid": os.getpid(), "tid": threading.get_native_id()})
-    peak_reset = procfs.reset_peak("self")
-    start = Reading()
-    status, error = Status.OK, None
-    try:
-        return wrapper.fn(*args, **kwargs)
-    except BaseException as exc:
-        status, error = Status.ERROR, type(exc).__qualname__
-        raise
-    finally:
-        wrapper.last_stats = stats(start, Reading(), peak_reset)
-        if sender is not None:
-            sender.send(protocol.JOB_END, {"job": job, "t": time.monotonic_ns(), "status": status,
-                                           "error": error, "stats": wrapper.last_stats})
+class LightJob:
+    """One light-mode job: counters read at start() and end(), sent to the driver if there
+    is one. `stats` holds the job's flat stats after end()."""
+
+    def __init__(self, config: Config, name: str) -> None:
+        self.config, self.name = config, name
+        self.stats: dict[str, float] | None = None
+
+    def start(self) -> None:
+        self.sender = _sender(self.config) if self.config.endpoint else None
+        self.job = recorder.next_id()
+        if self.sender is not None:
+            self.sender.send(protocol.JOB_START, {
+                "job": self.job, "name": self.name, "t": time.monotonic_ns(),
+                "pid": os.getpid(), "tid": threading.get_native_id()})
+        self.peak_reset = procfs.reset_peak("self")
+        self.reading = Reading()
+
+    def end(self, exc: BaseException | None) -> None:
+        self.stats = stats(self.reading, Reading(), self.peak_reset)
+        if self.sender is not None:
+            self.sender.send(protocol.JOB_END, {
+                "job": self.job, "t": time.monotonic_ns(),
+                "status": Status.OK if exc is None else Status.ERROR,
+                "error": None if exc is None else type(exc).__qualname__, "stats": self.stats})
