@@ -16,7 +16,6 @@ from .errors import ProtocolError
 from .protocol import Status
 from .timeline import Job, Mark, Sample, Span, Timeline, Worker
 
-
 _INT64 = 2**63
 _SANE_NS = 100 * 365 * 86_400 * 10**9  # a century
 
@@ -40,6 +39,39 @@ def _numbers(values: Any) -> dict[str, float]:
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise ValueError(f"metric {k!r} is not a number")
     return dict(values)
+
+
+# The figures a sidecar sends with a job its worker died in (sidecar/death.py), by type.
+# Other keys (a newer sidecar's) are dropped; a known key of the wrong type fails the frame.
+_DEATH_TEXT = frozenset({"cause", "cgroup", "kernel_log", "kernel_log_error", "note"})
+_DEATH_INTS = frozenset({"pid", "wait_status", "signal", "exit_status", "oom_kills",
+                         "cgroup_limit_bytes", "cgroup_usage_bytes", "cgroup_peak_bytes",
+                         "last_rss_bytes", "peak_rss_bytes", "last_tree_rss_bytes"})
+_DEATH_FLAGS = frozenset({"core_dumped"})
+MAX_DEATH_TEXT = 1000
+
+
+def _death(value: Any) -> dict[str, Any] | None:
+    """A job_end's `death` map from an untrusted frame: None, or the known figures checked."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("cause"), str):
+        raise ValueError("death must be a map with a cause")
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        if key in _DEATH_TEXT:
+            if not isinstance(v, str) or len(v) > MAX_DEATH_TEXT:
+                raise ValueError(f"death {key} must be a string of at most {MAX_DEATH_TEXT}")
+        elif key in _DEATH_INTS:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"death {key} must be a non-negative integer")
+        elif key in _DEATH_FLAGS:
+            if not isinstance(v, bool):
+                raise ValueError(f"death {key} must be true or false")
+        else:
+            continue
+        out[key] = v
+    return out
 
 
 class TimelineBuilder:
@@ -111,13 +143,14 @@ class TimelineBuilder:
         self._open_jobs[(wid, job_id)] = job
 
     def _on_job_end(self, wid: str, b: dict[str, Any]) -> None:
+        death = _death(b.get("death"))
         job = self._open_jobs.pop((wid, int(b["job"])), None)
         if job is None:
             return  # its start was lost: the seq gap is already counted
         end = self._wall(wid, b["t"])
         stats = b.get("stats")
         _append_job(self.t, wid, job, end, str(b.get("status", Status.OK)), b.get("error"),
-                    _numbers(stats) if stats else None)
+                    _numbers(stats) if stats else None, death)
 
     def _on_sample(self, wid: str, b: dict[str, Any]) -> None:
         t = self._wall(wid, b["t"])
@@ -169,8 +202,12 @@ class TimelineBuilder:
     def _on_bye(self, wid: str, b: dict[str, Any]) -> None:
         status, dropped = str(b.get("status", Status.EXITED)), int(b.get("dropped", 0))
         errors = [str(e) for e in b.get("errors", ())]
+        notes = b.get("notes") or []  # e.g. how the worker died
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise ValueError("bye notes must be a list of strings")
         w = self.worker(wid)
         w.status, w.dropped, w.errors = status, dropped, errors
+        w.notes.extend(n for n in notes if n not in w.notes)
 
     def snapshot(self) -> tuple[Timeline, list[tuple[str, dict[str, Any]]]]:
         """Shallow copies of what finish() needs: cheap, to take under a caller's lock."""
@@ -215,11 +252,12 @@ def _shift(t: Timeline, offsets: dict[str, int]) -> None:
 
 
 def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, status: str,
-                error: Any, stats: dict[str, float] | None = None) -> None:
+                error: Any, stats: dict[str, float] | None = None,
+                death: dict[str, Any] | None = None) -> None:
     """A job is a Job record and also the outermost span of its worker's spans."""
     err = None if error is None else str(error)
     t.jobs.append(Job(wid, job["id"], job["name"], job["start"], end, status, err, job["pid"],
-                      job["tid"], stats))
+                      job["tid"], stats, death))
     t.spans.append(Span(wid, job["id"], job["id"], None, job["name"], job["start"],
                         end if end is not None else job["start"], job["pid"],
                         job["tid"] or job["pid"], {"status": status, **(stats or {})},

@@ -99,3 +99,75 @@ def net_namespace(pid: int | str) -> int | None:
         return os.stat(f"/proc/{pid}/ns/net").st_ino
     except OSError:
         return None
+
+
+def parse_stat_exit(data: bytes) -> tuple[str, int, int | None]:
+    """(state, start time in clock ticks after boot, exit_code) from a /proc/PID/stat text.
+    exit_code (field 52, Linux 3.5+; None before) is the wait status a zombie holds for its
+    parent: what a process that is not the parent can still learn of how it ended. It reads 0
+    where the reader may not ptrace the process (another user's)."""
+    # comm (field 2) may hold spaces and parentheses: the fields start after the last ")".
+    fields = data[data.rfind(b")") + 2:].split()
+    code = int(fields[49]) if len(fields) > 49 else None
+    return fields[0].decode(), int(fields[19]), code
+
+
+def read_stat_exit(pid: int | str) -> tuple[str, int, int | None]:
+    """parse_stat_exit of /proc/PID/stat (OSError once the process is reaped)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return parse_stat_exit(f.read())
+
+
+def parse_memory_cgroup(data: bytes) -> tuple[int, str] | None:
+    """(1 or 2, path) of the memory cgroup in a /proc/PID/cgroup text: the cgroup v1 line
+    whose controllers include memory, else the v2 line (hierarchy 0, no controllers)."""
+    v2 = None
+    for line in data.decode(errors="replace").splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return 1, path
+        if controllers == "":
+            v2 = path
+    return None if v2 is None else (2, v2)
+
+
+def read_memory_cgroup(pid: int | str) -> tuple[int, str] | None:
+    """parse_memory_cgroup of /proc/PID/cgroup; None if unreadable or gone."""
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as f:
+            return parse_memory_cgroup(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def cgroup_mounts() -> dict[int, tuple[str, str]]:
+    """Where this process sees the memory cgroup hierarchies: {1: (root, mount point)} for a
+    v1 mount with the memory controller, {2: (root, mount point)} for the v2 mount. root is
+    the cgroup path shown at the mount point (not "/" in a container without a cgroup
+    namespace), so a /proc/PID/cgroup path P is at mount point + P[len(root):]."""
+    out: dict[int, tuple[str, str]] = {}
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        root, point = (_unescape(x) for x in fields[3:5])
+        if tail[0] == "cgroup" and "memory" in tail[2].split(","):
+            out.setdefault(1, (root, point))
+        elif tail[0] == "cgroup2":
+            out.setdefault(2, (root, point))
+    return out
+
+
+def _unescape(field: str) -> str:
+    r"""mountinfo writes space, tab, newline and backslash in paths as \040-style octal."""
+    if "\\" not in field:
+        return field
+    import re  # here: light mode imports this module and should not pay for re
+
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)

@@ -57,12 +57,15 @@ class Status(str, enum.Enum):
     """How a worker or a job stands. Workers: running, then exited (closed cleanly), ended
     (its sidecar ended without a job open), killed (it died inside a job), sidecar_lost; a
     driver adds stale (silent past stale_after) and dead (gone from this host without a bye).
-    Jobs: running, ok, error, killed."""
+    Jobs: running, ok, error, killed (its worker died inside it: the error text says how, by
+    which signal or with which exit status), oom_killed (the kernel's OOM killer killed its
+    worker; the job's `death` holds the evidence)."""
 
     RUNNING = "running"
     OK = "ok"
     ERROR = "error"
     KILLED = "killed"
+    OOM_KILLED = "oom_killed"
     EXITED = "exited"
     ENDED = "ended"
     SIDECAR_LOST = "sidecar_lost"

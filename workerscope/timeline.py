@@ -51,11 +51,14 @@ class Job:
     name: str
     start_ns: int
     end_ns: int | None
-    status: str  # running | ok | error | killed
+    status: str  # running | ok | error | killed | oom_killed
     error: str | None
     pid: int
     tid: int | None
     stats: dict[str, float] | None = None  # light mode: the job's start/end counters
+    # How its worker died inside it (cause, signal or exit status, OOM figures): the sidecar's
+    # evidence, see docs/METRICS.md. Last, with a default: older .wsc rows still load.
+    death: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

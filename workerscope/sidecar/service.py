@@ -3,8 +3,9 @@
 Its settings come in the worker's pipe hello (one Config, sent once). It reads the worker's
 pipe, samples the worker's process tree while a job is open, sends every frame to the driver
 (if any) and keeps each open job's frames to hand back at the job's end.
-EOF on the pipe means the worker is gone: a last sample, open jobs marked killed, their
-timelines still delivered (driver and `out` file), then bye.
+EOF on the pipe means the worker is gone: its death named (signal, exit status or OOM kill,
+see death.py), a last sample, open jobs ended with that, their timelines still delivered
+(driver and `out` file), then bye.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..procfs import boot_id, net_namespace, read_net_dev
 from ..protocol import Status
 from ..transport import Outbox
 from .aggregate import Aggregator
+from .death import DeathWatch
 from .gpu import GpuSampler
 from .host import HostSampler
 from .tree import ProcessTree
@@ -74,6 +76,7 @@ class Sidecar:
         self.tree: ProcessTree
         self.host: HostSampler
         self.gpu: GpuSampler | None = None
+        self.watch: DeathWatch  # the worker at the pipe's other end, to name its death
         self.noted: set[str] = set()
         self.net_scope = "host"
         self.jobs: dict[int, OpenJob] = {}
@@ -110,6 +113,7 @@ class Sidecar:
         if every_name:
             new = [(pid, m.ppid, m.name) for pid, m in self.tree.members.items()]
         tree, procs = self.tree.read(now)
+        self.watch.tick(tree, procs)
         if self.net_scope == "namespace":
             tree.update(read_net_dev(self.target) or {})
         body: dict[str, Any] = {"t": now, "tree": tree, "procs": procs, "host": self.host.read()}
@@ -185,6 +189,9 @@ class Sidecar:
                                 # that (or 50 ms) to the last rate wait for the next one
                                 min_rate_ns=int(min(0.05, 0.5 * self.config.interval) * 1e9))
         self.host = HostSampler(self.target)
+        # EOF on the pipe is the death of the process that holds its other end (the worker;
+        # under `run` and `attach`, the CLI), not necessarily of the target.
+        self.watch = DeathWatch(int(body.get("pid") or self.target))
         # /proc has no per-process network bytes. A tree in a network namespace of its own
         # has its own counters; otherwise network is host-wide and labelled so.
         own_ns = net_namespace(self.target)
@@ -212,6 +219,7 @@ class Sidecar:
             # Per-job peaks in a warm worker: the kernel's high-water marks restart now.
             self.tree.discover()
             self.tree.reset_peaks()
+            self.watch.job_started()
         self.jobs[job.job] = job
         self.emit(protocol.JOB_START, {
             "job": job.job, "name": job.name, "t": body.get("t", time.monotonic_ns()),
@@ -263,9 +271,12 @@ class Sidecar:
         if body.get("reply"):
             self.reply(protocol.TIMELINE, {"job": job.job, "frames": job.frames})
 
-    def end_job(self, job: OpenJob, t: int, status: str, error: Any) -> None:
-        self.emit(protocol.JOB_END, {"job": job.job, "t": t, "status": status, "error": error},
-                  jobs=[job])
+    def end_job(self, job: OpenJob, t: int, status: str, error: Any,
+                death: dict[str, Any] | None = None) -> None:
+        body = {"job": job.job, "t": t, "status": status, "error": error}
+        if death is not None:
+            body["death"] = death
+        self.emit(protocol.JOB_END, body, jobs=[job])
         del self.jobs[job.job]
         if job.out:
             self.write_out(job)
@@ -293,15 +304,19 @@ class Sidecar:
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> int:
         closed = self.loop()
+        notes = []
         if self.jobs:
+            # First thing: the worker's exit status lasts only until its parent reaps it.
+            death = self.watch.after_eof()
             self.sample(flush=True)
             now = time.monotonic_ns()
             for job in list(self.jobs.values()):
-                self.end_job(job, now, Status.KILLED, "the worker ended during the job")
+                self.end_job(job, now, death.status, death.error, death.figures)
             status = Status.KILLED
+            notes.append(f"died inside a job: {death.error}")
         else:
             status = Status.EXITED if closed else Status.ENDED
-        return self.bye(status)
+        return self.bye(status, notes)
 
     def loop(self) -> bool:
         """Serve the pipe (and the driver's pings) until close (True) or EOF (False)."""
@@ -379,12 +394,12 @@ class Sidecar:
         except (KeyError, TypeError, ValueError, IndexError) as err:
             self.errors.append(f"bad {kind} message: {err!r}")
 
-    def bye(self, status: str) -> int:
+    def bye(self, status: str, notes: list[str] | None = None) -> int:
         if not self.worker_id:
             return 1
         self.flush_samples()
         body = {"t": time.monotonic_ns(), "status": status, "samples": self.samples,
-                "errors": self.errors[-20:]}
+                "errors": self.errors[-20:], "notes": notes or []}
         if self.outbox is None:
             return 0
         body["sent"] = self.outbox.sent + 1
