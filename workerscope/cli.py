@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -39,14 +40,40 @@ def _shell_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc  # a signal death reads as a shell reports it
 
 
+def job_name(cmd: Sequence[str], width: int = 80) -> str:
+    """A readable job name for a command line: `python -c SCRIPT` shows the script's first
+    line, and the whole stays within `width` characters."""
+    parts = list(cmd)
+    if len(parts) >= 3 and parts[1] == "-c":
+        first = parts[2].strip().splitlines()[0] if parts[2].strip() else ""
+        more = " ..." if parts[2].strip().count("\n") or len(parts) > 3 else ""
+        parts = [os.path.basename(parts[0]), "-c", first + more]
+    else:
+        parts[0] = os.path.basename(parts[0])
+    name = shlex.join(parts)
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def _end(link: SidecarLink, child: subprocess.Popen[bytes]) -> list[bytes]:
     """End the run's job while the command is a zombie, and close the sidecar."""
     status = os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
     assert status is not None  # only WNOHANG returns None
     rc = status.si_status if status.si_code == os.CLD_EXITED else -status.si_status
+    if rc == 0:
+        error = None
+    elif rc < 0:
+        error = f"killed by {_signal_name(-rc)} (exit status {_shell_code(rc)})"
+    else:
+        error = f"exit status {rc}"
     try:
-        return link.job_end(1, Status.OK if rc == 0 else Status.ERROR,
-                            None if rc == 0 else f"exit status {_shell_code(rc)}", True) or []
+        return link.job_end(1, Status.OK if rc == 0 else Status.ERROR, error, True) or []
     except WorkerscopeError as err:
         print(f"workerscope: sampling lost at the end: {err}", file=sys.stderr)
         return []
@@ -76,12 +103,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         if link is not None:
             link.close(wait=True)
         raise WorkerscopeError(f"cannot start {args.cmd[0]!r}: {err}") from err
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the command itself
+    # Ctrl-C reaches the command itself (same process group); SIGTERM and SIGHUP sent to us
+    # are passed on to it: it ends as it would without us, and we still write what we saw.
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    forwarded = {sig: signal.signal(sig, lambda signum, _: child.send_signal(signum))
+                 for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         if link is not None:
             try:
                 link.handshake(child.pid)
-                link.job_start(1, " ".join(args.cmd), None)
+                link.job_start(1, job_name(args.cmd), None)
             except WorkerscopeError as err:
                 print(f"workerscope: sampling off: {err}", file=sys.stderr)
                 link = None
@@ -93,10 +124,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         rc = child.wait()
     finally:
         signal.signal(signal.SIGINT, old)
+        for sig, handler in forwarded.items():
+            signal.signal(sig, handler)
     code = _shell_code(rc)
     if link is None:
         return code
     timeline = build(frames)
+    for worker in timeline.workers.values():
+        worker.status = Status.EXITED  # the command has ended; its frames came before its bye
     out = args.output or f"workerscope-{child.pid}.json"
     _save(timeline, out, f"workerscope-{child.pid}")
     return code

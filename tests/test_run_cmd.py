@@ -1,0 +1,67 @@
+"""`workerscope run -- CMD` as users drive it: signals, long commands, every output format."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from workerscope import load
+
+
+def start_run(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "workerscope", "run", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_reaches_the_command_and_the_timeline_is_written(clean_env, tmp_path):
+    """SIGTERM to `run` is passed to the command (not orphaning it), and what was recorded
+    is still written; run exits as the command did (143)."""
+    out = tmp_path / "t.wsc"
+    started = tmp_path / "started"
+    code = (f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); "
+            "time.sleep(60)")
+    proc = start_run("--interval", "0.1", "-o", str(out), "--", sys.executable, "-c", code)
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert time.monotonic() < deadline, "the command never started"
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    t = load(out)
+    (job,) = t.jobs
+    assert job.status == "error" and "SIGTERM" in (job.error or ""), job
+    assert all(w.status != "running" for w in t.workers.values())
+
+
+def test_a_long_python_c_script_gets_a_short_job_name(clean_env, tmp_path):
+    """`python -c SCRIPT` is named after the interpreter and the script's start, not a
+    thousand-column job name; the ended run's worker is not left 'running'."""
+    out = tmp_path / "t.wsc"
+    script = "x = 1\n" + "\n".join(f"y{i} = {i}" for i in range(200))
+    r = subprocess.run([sys.executable, "-m", "workerscope", "run", "--interval", "0.1", "-o",
+                        str(out), "--", sys.executable, "-c", script],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    t = load(out)
+    (job,) = t.jobs
+    assert len(job.name) <= 80, job.name
+    assert "-c" in job.name and "x = 1" in job.name
+    assert job.status == "ok"
+    assert [w.status for w in t.workers.values()] == ["exited"]
+
+
+def test_run_writes_a_png(clean_env, tmp_path):
+    """`-o x.png` is a format run writes (it was refused only after the command ran)."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "x.png"
+    r = subprocess.run([sys.executable, "-m", "workerscope", "run", "--interval", "0.1", "-o",
+                        str(out), "--", sys.executable, "-c", "import time; time.sleep(0.3)"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
