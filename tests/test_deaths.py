@@ -1,0 +1,218 @@
+"""Deaths and cut-short spans on every view, from hand-built timelines (no processes): an
+OOM-killed worker, one killed by SIGKILL, one that exited inside its job, and a healthy one."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+from test_html import _Dom, chromium, drawn, open_page
+
+from workerscope.export.attribution import DIED, function_table, workers_table
+from workerscope.export.chrome import to_chrome
+from workerscope.export.html import to_html
+from workerscope.export.terminal import gantt, jobs_table, report, workers_text
+from workerscope.protocol import Status
+from workerscope.timeline import Job, Sample, Span, Timeline, Worker
+
+S = 1_000_000_000
+MIB = 1024 * 1024
+T0 = 1_700_000_000 * S
+OOM = "h1:100:101"
+SIGKILLED = "h2:200:201"
+EXITED = "h3:300:301"
+HEALTHY = "h4:400:401"
+OOM_ERROR = ("OOM-killed: cgroup limit 64.0 MiB, last RSS 83.5 MiB (kernel log: Killed process "
+             "100 (python))")
+OOM_DEATH = {"cause": "oom", "pid": 100, "signal": 9, "oom_kills": 1,
+             "cgroup_limit_bytes": 64 * MIB, "cgroup_usage_bytes": 2 * MIB,
+             "cgroup_peak_bytes": 64 * MIB, "last_rss_bytes": int(83.5 * MIB),
+             "peak_rss_bytes": int(83.7 * MIB), "last_tree_rss_bytes": 90 * MIB,
+             "kernel_log": "Memory cgroup out of memory: Killed process 100 (python) "
+                           "total-vm:300000kB, anon-rss:85000kB"}
+
+
+def cut_short(span: Span) -> Span:
+    """The span marked cut short: Span.cut_short where the field exists, else the attribute
+    the views read with getattr (the field lands in timeline.py separately)."""
+    if "cut_short" in {f.name for f in dataclasses.fields(Span)}:
+        return dataclasses.replace(span, cut_short=True)  # type: ignore[call-arg]
+    object.__setattr__(span, "cut_short", True)
+    return span
+
+
+def _job(t: Timeline, wid: str, pid: int, start: float, end: float, status: str,
+         error: str | None = None, death: dict | None = None, name: str = "train") -> None:
+    t.jobs.append(Job(wid, 1, name, T0 + int(start * S), T0 + int(end * S), status, error, pid,
+                      pid, None, death))
+    t.spans.append(Span(wid, 1, 1, None, name, T0 + int(start * S), T0 + int(end * S), pid, pid,
+                        {"status": status}, error if status != "ok" else None, "job"))
+
+
+def death_timeline() -> Timeline:
+    """Four workers over 10 s. h1 is OOM-killed at 6 s inside `grow`, which is cut short; its
+    tree has three processes (python 100, stress 102, gzip 103). h2 is killed by SIGKILL at
+    4 s, h3 exits with status 3 at 5 s, h4 runs a clean job with one failing call."""
+    t = Timeline()
+    for wid, pid, status in ((OOM, 100, "killed"), (SIGKILLED, 200, "killed"),
+                             (EXITED, 300, "killed"), (HEALTHY, 400, "exited")):
+        t.workers[wid] = Worker(wid, host=wid.split(":")[0], pid=pid, status=status,
+                                interval=0.5)
+    t.workers[OOM].notes.append(f"died inside a job: {OOM_ERROR}")
+    _job(t, OOM, 100, 0, 6, "oom_killed", OOM_ERROR, OOM_DEATH)
+    t.spans.append(Span(OOM, 1, 2, 1, "load", T0 + 1 * S, T0 + 2 * S, 100, 100))
+    t.spans.append(cut_short(Span(OOM, 1, 3, 1, "grow", T0 + 3 * S, T0 + 6 * S, 100, 100)))
+    _job(t, SIGKILLED, 200, 1, 4, "killed", "killed by SIGKILL", {"cause": "signal", "signal": 9})
+    t.spans.append(cut_short(Span(SIGKILLED, 1, 2, 1, "grow", T0 + 2 * S, T0 + 4 * S, 200, 200)))
+    _job(t, EXITED, 300, 1, 5, "killed", "exited inside the job with status 3",
+         {"cause": "exit", "exit_status": 3})
+    _job(t, HEALTHY, 400, 0, 10, "ok")
+    t.spans.append(Span(HEALTHY, 1, 2, 1, "parse", T0 + 2 * S, T0 + 3 * S, 400, 400,
+                        {"traceback": "Traceback (most recent call last):\n  File \"x.py\", "
+                                      "line 3, in parse\nValueError: bad row 7"},
+                        "ValueError: bad row 7"))
+    t.processes.update({(OOM, 100): "python", (OOM, 102): "stress", (OOM, 103): "gzip"})
+    for k in range(13):  # h1: samples every 0.5 s until 6 s
+        ts = T0 + k * S // 2
+        rss = {100: 20 * MIB + k * 4 * MIB, 102: 5 * MIB + k * 2 * MIB, 103: 3 * MIB}
+        cpu = {100: 90.0, 102: 40.0 + k, 103: 5.0}
+        for pid in (100, 102, 103):
+            t.samples.append(Sample(OOM, ts, "proc", pid, {
+                "rss_bytes": float(rss[pid]), "cpu_percent": cpu[pid],
+                "cpu_user_s": cpu[pid] / 100 * k / 2, "cpu_system_s": 0.0}))
+        t.samples.append(Sample(OOM, ts, "tree", 100, {
+            "rss_bytes": float(sum(rss.values())), "cpu_percent": sum(cpu.values())}))
+        t.samples.append(Sample(OOM, ts, "host", None, {"cgroup_mem_limit_bytes": 64.0 * MIB}))
+    for k in range(21):
+        t.samples.append(Sample(HEALTHY, T0 + k * S // 2, "tree", 400,
+                                {"rss_bytes": 30.0 * MIB, "cpu_percent": 50.0}))
+    t.sort()
+    return t
+
+
+# -- the shared rules -----------------------------------------------------------------------------
+def test_died_includes_oom_killed_and_tables_name_the_cause():
+    """DIED counts oom_killed; the workers table names each death's cause and the function table
+    counts cut-short calls."""
+    assert Status.OOM_KILLED in DIED
+    t = death_timeline()
+    rows = {r["worker"]: r for r in workers_table(t)}
+    assert {w: rows[w]["died"] for w in rows} == {
+        OOM: "oom", SIGKILLED: "SIGKILL", EXITED: "exit 3", HEALTHY: ""}
+    assert rows[OOM]["death"] == OOM_DEATH
+    funcs = {r["name"]: r for r in function_table(t)}
+    assert funcs["grow"]["cut_short"] == 2 and funcs["load"]["cut_short"] == 0
+
+
+def test_oom_killed_job_of_a_worker_not_marked_killed_is_a_death():
+    """A worker whose status did not say so (a driver's `running`) but whose job was
+    OOM-killed is drawn as died in the Gantt."""
+    t = death_timeline()
+    t.workers[OOM].status = "running"
+    line = next(x for x in gantt(t, width=80).splitlines() if x.startswith("h1:100"))
+    assert "✗" in line
+
+
+# -- terminal -------------------------------------------------------------------------------------
+def test_terminal_shows_causes_and_cut_short_spans():
+    """Jobs and workers tables say oom / SIGKILL / exit 3; the Gantt draws cut-short spans with
+    their own block and says what it means; the report lists each death's figures."""
+    t = death_timeline()
+    jobs = jobs_table(t)
+    for wid, cause in (("h1:100", "oom"), ("h2:200", "SIGKILL"), ("h3:300", "exit 3")):
+        line = next(x for x in jobs.splitlines() if x.startswith(wid))
+        assert re.search(rf"\b{cause}\b", line), line
+    workers = workers_text(t)
+    assert re.search(r"h1:100 +killed .*\boom\b", workers), workers
+    g = gantt(t, width=80)
+    h1 = next(x for x in g.splitlines() if x.startswith("h1:100"))
+    h4 = next(x for x in g.splitlines() if x.startswith("h4:400"))
+    assert "▓" in h1 and "▓" not in h4
+    text = report(t, width=80)
+    assert "▓ cut short" in text
+    assert "cgroup limit 64 MiB" in text and "last RSS 83.5 MiB" in text
+    assert "Killed process 100 (python)" in text
+
+
+# -- Chrome trace ---------------------------------------------------------------------------------
+def test_chrome_trace_carries_deaths_and_cut_short():
+    """The job's slice and its failure instant carry Job.death; a cut-short span says so."""
+    trace = json.loads(json.dumps(to_chrome(death_timeline())))
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    job = next(e for e in xs if e["cat"] == "job" and e["pid"] == 100)
+    assert job["args"]["death"] == OOM_DEATH
+    grow = [e for e in xs if e["name"] == "grow"]
+    assert len(grow) == 2 and all(e["args"]["cut_short"] is True for e in grow)
+    load = next(e for e in xs if e["name"] == "load")
+    assert "cut_short" not in load["args"]
+    inst = next(e for e in trace["traceEvents"] if e["ph"] == "i" and e["pid"] == 100)
+    assert inst["name"] == "job oom_killed: train" and inst["args"]["death"] == OOM_DEATH
+
+
+# -- HTML -----------------------------------------------------------------------------------------
+def _data(page: str) -> dict:
+    blob = re.search(r'<script type="application/json" id="ws-data">(.*?)</script>', page, re.S)
+    return json.loads(blob.group(1))
+
+
+def test_html_payload_marks_deaths_and_cut_short():
+    """An oom_killed job flags its worker as died and its span as killed; cut-short spans carry
+    their own flag; the memory plot gets the cgroup limit; the page lists each death's figures."""
+    t = death_timeline()
+    page = to_html(t)
+    data = _data(page)
+    died = {w[0] for w in data["workers"] if w[2]}
+    assert died == {OOM, SIGKILLED, EXITED}
+    names = data["names"]
+    flags = data["spans"]["f"]
+    by_name: dict[str, list[tuple[str, int]]] = {}
+    for w, n, f in zip(data["spans"]["w"], data["spans"]["n"], flags, strict=True):
+        by_name.setdefault(names[n], []).append((data["workers"][w][0], f))
+    assert all(f & 16 for _, f in by_name["grow"]) and not any(f & 16 for _, f in by_name["load"])
+    assert {w for w, f in by_name["train"] if f & 4} == died  # killed jobs, oom_killed included
+    mem = next(p for p in data["plots"] if p["id"] == "plot-mem")
+    assert [lim[0] for lim in mem["limits"]] == [64 * MIB]
+    assert [d[1] for d in data["deaths"]] == [data["workers"].index(w) for w in data["workers"]
+                                              if w[0] in died]
+    assert "Deaths" in page and "cgroup limit 64 MiB" in page and "last RSS 83.5 MiB" in page
+    assert "Killed process 100 (python)" in page
+
+
+# Run after the report's own script: hover the cut-short span of h1, the OOM worker's label
+# and the healthy worker's failing call, and leave the tooltips in body[data-*].
+_HOVER = """<script>
+setTimeout(() => {
+  const b = document.body, g = document.getElementById("gantt"), r = g.getBoundingClientRect();
+  const tipText = () => document.getElementById("tip").textContent;
+  const at = (x, y) => { g.dispatchEvent(new MouseEvent("mousemove",
+    {clientX: r.left + x, clientY: r.top + y, bubbles: true})); return tipText(); };
+  const spot = window.__wsSpot;
+  b.dataset.cut = at(spot("grow", 0).x, spot("grow", 0).y);
+  b.dataset.worker = at(20, spot("grow", 0).y);
+  b.dataset.job = at(spot("train", 0).x, spot("train", 0).y);
+  b.dataset.err = at(spot("parse", 0).x, spot("parse", 0).y);
+  b.dataset.done = "1";
+}, 100);
+</script></body></html>"""
+
+
+@pytest.mark.browser
+def test_html_draws_deaths_and_explains_them_on_hover(tmp_path):
+    """The page draws error-free; hovering shows a cut-short span as such, the OOM-killed job
+    and worker with their figures, and a failed call's traceback."""
+    page = to_html(death_timeline())
+    dom = open_page(page, tmp_path)
+    for cid in ("gantt", "plot-cpu", "plot-mem"):
+        n, ink = drawn(dom, cid)
+        assert n > 0 and ink > 0, cid
+    path = tmp_path / "hover.html"
+    path.write_text(page.replace("</body></html>", _HOVER), encoding="utf-8")
+    body = _Dom(chromium(path, tmp_path, "--dump-dom", "--window-size=1400,1400")).tags["body"]
+    assert body.get("data-errors") is None, body["data-errors"]
+    assert body.get("data-done") == "1"
+    assert "grow" in body["data-cut"] and "cut short" in body["data-cut"], body["data-cut"]
+    assert "OOM-killed" in body["data-worker"] and "cgroup limit 64 MiB" in body["data-worker"]
+    assert "cgroup limit 64 MiB" in body["data-job"] and "kernel log" in body["data-job"]
+    assert "ValueError: bad row 7" in body["data-err"] and "line 3, in parse" in body["data-err"]
