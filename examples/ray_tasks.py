@@ -1,4 +1,5 @@
-"""Ray: ray.remote(profiled(fn, ...)) — the wrapper is an ordinary picklable callable.
+"""Ray: ray.remote(profiled(fn, ...)), or @ray.remote over @profiled(...): ray.remote takes
+only functions, and a profiled function passes for one.
 
     pip install 'workerscope[ray]'
     python examples/ray_tasks.py

@@ -3,7 +3,10 @@ driver: multiprocessing (fork and spawn), Dask distributed, Lithops localhost, R
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
+import subprocess
 import sys
 
 import psutil
@@ -11,6 +14,8 @@ import pytest
 from jobs import job
 
 from workerscope import Subscriber, profiled
+
+pytestmark = pytest.mark.engines
 
 
 def _check(sub, t, n_tasks):
@@ -78,16 +83,40 @@ def test_lithops_localhost(clean_env, tmp_path):
         _check(sub, sub.timeline(), 4)
 
 
+RAY_DRIVER = """
+import json, sys
+import ray
+from jobs import job
+from workerscope import profiled
+
+endpoint = sys.argv[1]
+
+@ray.remote
+@profiled(mode="heavy", interval=0.05, endpoint=endpoint)
+def decorated(n):
+    return job(n)
+
+ray.init(num_cpus=2, include_dashboard=False)
+try:
+    remote = ray.remote(profiled(job, mode="heavy", interval=0.05, endpoint=endpoint))
+    results = ray.get([remote.remote(i) for i in range(4)])
+    results += ray.get([decorated.remote(i) for i in range(4, 6)])
+finally:
+    ray.shutdown()
+print(json.dumps([r["n"] for r in results]))
+"""
+
+
 def test_ray(clean_env):
-    """Ray tasks: documented and tested where Ray is installed (it is not a test dependency)."""
-    ray = pytest.importorskip("ray")
+    """Ray tasks: `ray.remote(profiled(fn, ...))` as users write it, and `@ray.remote` over a
+    function decorated with `@profiled(...)`. Ray's driver runs in a process of its own (it
+    keeps descriptors open after shutdown); the Subscriber is here."""
+    pytest.importorskip("ray")
+    here = os.path.dirname(os.path.abspath(__file__))
     with Subscriber() as sub:
-        wrapped = profiled(job, mode="heavy", interval=0.05, endpoint=sub.endpoint)
-        ray.init(num_cpus=2, include_dashboard=False)
-        try:
-            remote = ray.remote(wrapped)
-            results = ray.get([remote.remote(i) for i in range(4)])
-        finally:
-            ray.shutdown()
-        assert [r["n"] for r in results] == list(range(4))
-        _check(sub, sub.timeline(), 4)
+        env = dict(os.environ, PYTHONPATH=here)  # Ray's workers import tests/jobs.py too
+        r = subprocess.run([sys.executable, "-c", RAY_DRIVER, sub.endpoint], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert json.loads(r.stdout.strip().splitlines()[-1]) == list(range(6))
+        _check(sub, sub.timeline(), 6)

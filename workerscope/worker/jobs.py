@@ -12,8 +12,10 @@ import functools
 import inspect
 import logging
 import os
+import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
@@ -190,12 +192,8 @@ class monitor:
         self.timeline = self._job.timeline
 
 
-class profiled:
-    """Wrap `fn` so each call is one monitored job; the call returns fn's result unchanged.
-
-    Picklable (when fn is), so it can be shipped to process pools, Dask or Lithops. mode is
-    "heavy" (sidecar sampler), "light" (start/end counters, no extra process) or "off".
-    """
+class _Profiled:
+    """The job logic of `profiled`, without the function disguise (see there)."""
 
     def __init__(self, fn: Callable[..., Any], mode: str | None = None,
                  interval: float | None = None, endpoint: str | None = None,
@@ -318,3 +316,100 @@ class profiled:
 
 # A forked child runs none of its parent's jobs.
 os.register_at_fork(after_in_child=_active_jobs.clear)
+
+
+def _trampoline(runner: _Profiled) -> Callable[..., Any]:
+    """A real function that calls `runner`, of the same kind as the function it profiles:
+    what a profiled object turns into when cloudpickle copies it by value (Ray, Dask)."""
+    if runner._is_gen:
+        def call_gen(*args: Any, **kwargs: Any) -> Any:
+            return (yield from runner(*args, **kwargs))
+        return call_gen
+    if runner._is_async:
+        async def call_async(*args: Any, **kwargs: Any) -> Any:
+            return await runner(*args, **kwargs)
+        return call_async
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return runner(*args, **kwargs)
+    return call
+
+
+def _restore(state: dict[str, Any]) -> profiled:
+    obj = object.__new__(profiled)
+    obj.__setstate__(state)
+    return obj
+
+
+class profiled(_Profiled):
+    """Wrap `fn` so each call is one monitored job; the call returns fn's result unchanged.
+
+        wrapped = profiled(fn, mode="heavy", endpoint=sub.endpoint)
+        @profiled                      # or @profiled(mode="heavy", interval=0.1)
+        def job(x): ...
+
+    mode is "heavy" (sidecar sampler), "light" (start/end counters, no extra process) or
+    "off". A generator function's job is its iteration; a coroutine function's, the awaited
+    call.
+
+    It passes for a plain function: picklable by reference when it is a module's global
+    (process pools), and by value through cloudpickle, which copies it as a real function
+    that calls the job logic (Ray, whose `ray.remote` accepts only functions, Dask, Lithops).
+    """
+
+    def __new__(cls, fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+        if fn is None:  # @profiled(mode=..., ...): a decorator
+            resolve(**options)  # a bad option fails at the decorator, not at first call
+            return lambda f: cls(f, **options)
+        return super().__new__(cls)
+
+    # isinstance(x, types.FunctionType) -- and so inspect.isfunction, which ray.remote
+    # requires -- consults __class__ after type(x). type(x), which the picklers and the
+    # interpreter use, stays profiled.
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        return types.FunctionType
+
+    def _function_view(self) -> Callable[..., Any]:
+        view = self.__dict__.get("_view")
+        if view is None:
+            twin = object.__new__(_Profiled)
+            twin.__setstate__(self.__getstate__())
+            view = self.__dict__["_view"] = _trampoline(twin)
+        return view
+
+    @property
+    def __code__(self) -> types.CodeType:
+        return self._function_view().__code__
+
+    @property
+    def __globals__(self) -> dict[str, Any]:
+        return self._function_view().__globals__
+
+    @property
+    def __closure__(self) -> tuple[Any, ...] | None:
+        return self._function_view().__closure__
+
+    @property
+    def __defaults__(self) -> tuple[Any, ...] | None:
+        return None
+
+    @property
+    def __kwdefaults__(self) -> dict[str, Any] | None:
+        return None
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        # A module's global (@profiled on a def) pickles by name, as functions do: its fn is
+        # no longer reachable by name, so pickling fn itself would fail.
+        module = sys.modules.get(getattr(self, "__module__", ""), None)
+        name = getattr(self, "__qualname__", "")
+        if module is not None and _lookup(module, name) is self:
+            return name
+        return (_restore, (self.__getstate__(),))
+
+
+def _lookup(module: object, dotted: str) -> object:
+    obj = module
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+    return obj
