@@ -174,8 +174,8 @@ def test_html_payload_marks_deaths_and_cut_short():
     assert {w for w, f in by_name["train"] if f & 4} == died  # killed jobs, oom_killed included
     mem = next(p for p in data["plots"] if p["id"] == "plot-mem")
     assert [lim[0] for lim in mem["limits"]] == [64 * MIB]
-    assert [d[1] for d in data["deaths"]] == [data["workers"].index(w) for w in data["workers"]
-                                              if w[0] in died]
+    assert sorted(d[1] for d in data["deaths"]) == [data["workers"].index(w)
+                                                    for w in data["workers"] if w[0] in died]
     assert "Deaths" in page and "cgroup limit 64 MiB" in page and "last RSS 83.5 MiB" in page
     assert "Killed process 100 (python)" in page
 
@@ -189,9 +189,9 @@ setTimeout(() => {
   const at = (x, y) => { g.dispatchEvent(new MouseEvent("mousemove",
     {clientX: r.left + x, clientY: r.top + y, bubbles: true})); return tipText(); };
   const spot = window.__wsSpot;
-  b.dataset.cut = at(spot("grow", 0).x, spot("grow", 0).y);
-  b.dataset.worker = at(20, spot("grow", 0).y);
-  b.dataset.job = at(spot("train", 0).x, spot("train", 0).y);
+  b.dataset.cut = at(spot("grow", 0, "h1:").x, spot("grow", 0, "h1:").y);
+  b.dataset.worker = at(20, spot("grow", 0, "h1:").y);
+  b.dataset.job = at(spot("train", 0, "h1:").x, spot("train", 0, "h1:").y);
   b.dataset.err = at(spot("parse", 0).x, spot("parse", 0).y);
   b.dataset.done = "1";
 }, 100);

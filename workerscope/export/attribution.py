@@ -18,9 +18,11 @@ from typing import Any
 
 from ..protocol import Status
 from ..timeline import STRAGGLER_FACTOR, Span, Timeline, is_straggler
+from .deaths import by_worker, is_cut_short
 
-# A worker that died: drawn with a cross and counted as bad in every view.
-DIED = (Status.KILLED, Status.SIDECAR_LOST)
+# A worker or a job that died: drawn with a cross and counted as bad in every view. A worker's
+# status says killed; its job's says killed or oom_killed (deaths.py names the cause).
+DIED = (Status.KILLED, Status.OOM_KILLED, Status.SIDECAR_LOST)
 # A job in one of these has not failed (yet).
 NOT_FAILED = (Status.OK, Status.RUNNING)
 
@@ -158,7 +160,8 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 def function_table(t: Timeline, attribution: Attribution | None = None) -> list[dict[str, Any]]:
     """One row per span name (jobs included, kind "job"): calls, wall-time statistics, self time
-    (wall minus time in child spans), attributed CPU and peak memory, errors. Sorted by total."""
+    (wall minus time in child spans), attributed CPU and peak memory, errors, and calls cut
+    short by their process's death. Sorted by total."""
     attribution = attribute(t) if attribution is None else attribution
     child_time: dict[tuple[str, int, int], int] = {}
     for s in t.spans:
@@ -171,13 +174,14 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
         key = (s.name, s.kind)
         row = rows.setdefault(key, {"name": s.name, "kind": s.kind, "calls": 0, "total_s": 0.0,
                                     "self_s": 0.0, "cpu_s": 0.0, "peak_rss_bytes": 0.0,
-                                    "errors": 0, "has_cpu": False})
+                                    "errors": 0, "cut_short": 0, "has_cpu": False})
         wall = s.duration_ns / 1e9
         walls.setdefault(key, []).append(wall)
         row["calls"] += 1
         row["total_s"] += wall
         row["self_s"] += max(s.duration_ns - child_time.get((s.worker, s.pid, s.id), 0), 0) / 1e9
         row["errors"] += s.error is not None
+        row["cut_short"] += is_cut_short(s)
         a = attribution.get((s.worker, s.pid, s.id), {})
         if "cpu_s" in a:
             row["cpu_s"] += a["cpu_s"]
@@ -198,8 +202,10 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
 
 
 def workers_table(t: Timeline, straggler_factor: float = STRAGGLER_FACTOR) -> list[dict[str, Any]]:
-    """One row per worker: host, pid, status, jobs, frames lost, busy time, and whether it is a
-    straggler (timeline.is_straggler: its job time against those of the workers that ran jobs)."""
+    """One row per worker: host, pid, status, jobs, frames lost, busy time, whether it is a
+    straggler (timeline.is_straggler: its job time against those of the workers that ran jobs),
+    and how it died inside a job: `died` ("oom", "SIGKILL", "exit 3", "" if it did not) and
+    `death` (that job's Job.death figures)."""
     busy: dict[str, float] = {}
     jobs: dict[str, int] = {}
     failed: dict[str, int] = {}
@@ -209,12 +215,16 @@ def workers_table(t: Timeline, straggler_factor: float = STRAGGLER_FACTOR) -> li
         jobs[j.worker] = jobs.get(j.worker, 0) + 1
         failed[j.worker] = failed.get(j.worker, 0) + (j.status not in NOT_FAILED)
     peers = list(busy.values())
+    died = by_worker(t)
     rows: list[dict[str, Any]] = []
     for wid, w in t.workers.items():
         b = busy.get(wid, 0.0)
+        death = died.get(wid)
         rows.append({"worker": wid, "host": w.host, "pid": w.pid, "status": w.status,
                      "jobs": jobs.get(wid, 0), "failed_jobs": failed.get(wid, 0),
                      "lost": w.lost, "dropped": w.dropped, "busy_s": b,
-                     "straggler": is_straggler(b, peers, straggler_factor)})
+                     "straggler": is_straggler(b, peers, straggler_factor),
+                     "died": death.cause if death else "",
+                     "death": death.job.death if death else None})
     rows.sort(key=lambda r: r["worker"])
     return rows

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..timeline import Span, Timeline
+from ..timeline import Job, Span, Timeline
 from .attribution import NOT_FAILED, Attribution, attribute
+from .deaths import is_cut_short
 
 
 def _us(t_ns: int, origin: int) -> float:
@@ -58,8 +59,11 @@ def _nested(spans: list[Span]) -> tuple[list[Span], list[Span]]:
 
 def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, Any]:
     """The trace as a dict ready for json.dump. Each span's args carry its attrs, error, job,
-    worker and its resource attribution (cpu_s, peak_rss_bytes, ...; see attribution.py)."""
+    worker and its resource attribution (cpu_s, peak_rss_bytes, ...; see attribution.py);
+    `cut_short: true` on a span its process's death ended; a job's slice and its failure
+    instant carry `death`, the figures of how its worker died (Job.death)."""
     attribution = attribute(t) if attribution is None else attribution
+    jobs = {(j.worker, j.pid, j.id): j for j in t.jobs}
     origin = t.start_ns or 0
     host_of = {wid: w.host for wid, w in t.workers.items()}
     pids = _pid_map(t)
@@ -95,12 +99,12 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
         for s in nested:
             events.append({"ph": "X", "name": s.name, "cat": s.kind, "pid": p, "tid": tid,
                            "ts": _us(s.start_ns, origin), "dur": _us(s.end_ns, s.start_ns),
-                           "args": _span_args(s, attribution)})
+                           "args": _span_args(s, attribution, jobs)})
         for s in overlapping:
             common = {"name": s.name, "cat": s.kind, "pid": p, "tid": tid,
                       "id2": {"local": f"{s.worker}:{s.id}"}}
             events.append({**common, "ph": "b", "ts": _us(s.start_ns, origin),
-                           "args": _span_args(s, attribution)})
+                           "args": _span_args(s, attribution, jobs)})
             events.append({**common, "ph": "e", "ts": _us(s.end_ns, origin)})
     for m in t.marks:
         events.append({"ph": "i", "s": "t", "name": m.name, "pid": pid_of(m.worker, m.pid),
@@ -109,9 +113,12 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
         if j.status not in NOT_FAILED:
             # A failed or killed job is also an instant on its process, easy to spot.
             end = j.end_ns if j.end_ns is not None else j.start_ns
+            args: dict[str, Any] = {"error": j.error, "job": j.id}
+            if j.death:
+                args["death"] = j.death
             events.append({"ph": "i", "s": "p", "name": f"job {j.status}: {j.name}",
                            "pid": pid_of(j.worker, j.pid), "tid": j.tid or j.pid,
-                           "ts": _us(end, origin), "args": {"error": j.error, "job": j.id}})
+                           "ts": _us(end, origin), "args": args})
     host_pid: dict[str, int] = {}
     for smp in t.samples:
         if smp.scope == "host" or smp.scope.startswith("gpu"):
@@ -138,12 +145,19 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
     }
 
 
-def _span_args(s: Span, attribution: Attribution) -> dict[str, Any]:
+def _span_args(s: Span, attribution: Attribution,
+               jobs: dict[tuple[str, int, int], Job]) -> dict[str, Any]:
     args: dict[str, Any] = dict(s.attrs or {})
     if s.error:
         args["error"] = s.error
     if s.job is not None:
         args["job"] = s.job
+    if is_cut_short(s):
+        args["cut_short"] = True
+    if s.kind == "job":
+        job = jobs.get((s.worker, s.pid, s.id))
+        if job is not None and job.death:
+            args["death"] = job.death
     for key, value in attribution.get((s.worker, s.pid, s.id), {}).items():
         if value:  # zeros say nothing and cost ~20 bytes each, a million times over
             args[f"used.{key}"] = float(f"{value:.4g}")

@@ -27,8 +27,9 @@ from typing import Any
 from ..protocol import Status
 from ..timeline import Span, Timeline
 from .attribution import DIED, Attribution, attribute, function_table, workers_table
+from .deaths import JOB_DIED, by_worker, deaths, figures, headline, is_cut_short
 from .plotspec import PLOTS, plot_series
-from .units import BYTE_UNITS, fmt_bytes, fmt_seconds
+from .units import BYTE_UNITS, fmt_bytes, fmt_seconds, short_worker
 
 MAX_SPANS = 500_000  # spans embedded one by one; the shortest beyond this are binned
 SPAN_BINS = 4_000  # time bins per lane for the spans beyond MAX_SPANS
@@ -36,6 +37,7 @@ MAX_POINTS = 4_000  # points per plotted series; denser series are min/max binne
 MAX_LANES = 24  # depth lanes per worker; deeper spans share the last lane (the page says so)
 MAX_ROWS = 300  # rows of the per-function table
 MAX_TEXT = 2_000  # characters of one span's attrs or error kept for the tooltip
+MAX_TRACEBACK = 1_500  # characters of a failed span's traceback (its end) kept for the tooltip
 
 # Attribution keys in tooltip order; any other key attribute() returns follows, sorted.
 _ATTR_KEYS = ("cpu_s", "tree_cpu_s", "peak_rss_bytes", "rss_growth_bytes", "read_bytes",
@@ -66,6 +68,7 @@ def to_html(timeline: Timeline, title: str = "workerscope report") -> str:
         *(f"<canvas id=\"{p['id']}\" class=\"plot\"></canvas>" for p in data["plots"]),
         "<div id=\"cursor\"></div></div><p id=\"gantt-note\" class=\"note\"></p></section>",
         _workers_html(t, wtable, data),
+        _deaths_html(t, data),
         _functions_html(ftable),
         "<div id=\"tip\"></div>",
         f"<script type=\"application/json\" id=\"ws-data\">{blob}</script>",
@@ -88,7 +91,8 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
                    | {m.worker for m in t.marks})
     widx = {w: i for i, w in enumerate(order)}
     straggler = {r["worker"]: r["straggler"] for r in wtable}
-    killed_jobs = {j.worker for j in t.jobs if j.status == Status.KILLED}
+    killed_jobs = {j.worker for j in t.jobs if j.status in JOB_DIED}
+    died_in = by_worker(t)
     last = dict.fromkeys(order, origin)
     for s in spans:
         last[s.worker] = max(last[s.worker], s.end_ns)
@@ -119,10 +123,11 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
     threads: dict[tuple[int, int], int] = {}
     starts = [round((s.start_ns - origin) / 1000) for s in keep]
     lengths = [_dur_us(s.end_ns - s.start_ns) for s in keep]
-    flags = [(s.error is not None) | (s.kind == "job") << 1 for s in keep]
+    # 1 error, 2 job, 4 a job its worker died in, 8 still running, 16 cut short by a death
+    flags = [(s.error is not None) | (s.kind == "job") << 1 | is_cut_short(s) << 4 for s in keep]
     for i, s in enumerate(keep):
         status = s.kind == "job" and (s.attrs or {}).get("status")
-        if status == Status.KILLED:
+        if status in JOB_DIED:
             flags[i] |= 4
         elif status == Status.RUNNING:  # still open: drawn up to its worker's last event
             flags[i] |= 8
@@ -137,12 +142,13 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
         "f": flags,
         "h": [threads.setdefault((s.pid, s.tid), len(threads)) for s in keep],
     }
-    errors = [[i, _clip(s.error)] for i, s in enumerate(keep) if s.error is not None]
+    errors = [[i, _error_text(s)] for i, s in enumerate(keep) if s.error is not None]
     # Attrs (a job's are its status and light-mode stats) as a table of distinct texts and,
-    # per span that has any, the delta of its index and its text's number.
+    # per span that has any, the delta of its index and its text's number. A failed span's
+    # traceback goes with its error instead.
     texts: dict[str, int] = {}
-    having = [(i, texts.setdefault(_clip(_attrs_text(s.attrs)), len(texts)))
-              for i, s in enumerate(keep) if s.attrs]
+    shown = [(i, _shown_attrs(s)) for i, s in enumerate(keep)]
+    having = [(i, texts.setdefault(_clip(_attrs_text(a)), len(texts))) for i, a in shown if a]
     attrs = {"i": [b[0] - a[0] for a, b in pairwise([(0, 0), *having])],
              "x": [x for _, x in having], "texts": list(texts)}
     seen = {k for a in attribution.values() for k in a}
@@ -166,20 +172,35 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
     for wid in order:
         w = t.workers.get(wid)
         status = w.status if w else "unknown"
+        death = died_in.get(wid)
+        tag = headline(death.cause) if death else ""
+        told = _death_lines(death.job.error, death.job.death) if death else []
         workers.append([wid, status, int(status in DIED or wid in killed_jobs),
                         int(bool(straggler.get(wid))), lanes[wid], w.host if w else "",
-                        w.pid if w else 0, _us(last[wid], origin), len(w.notes) if w else 0])
+                        w.pid if w else 0, _us(last[wid], origin), len(w.notes) if w else 0,
+                        tag, told])
+    # The jobs a worker died in: their figures for the job's tooltip, and the moment drawn
+    # on every plot (with the tree's last RSS on the memory plot).
+    span_at = {(s.worker, s.pid, s.id): i for i, s in enumerate(keep) if s.kind == "job"}
+    job_deaths = [[span_at[k], _death_lines(None, d.job.death)] for d in deaths(t)
+                  if (k := (d.worker, d.job.pid, d.job.id)) in span_at]
+    death_marks = [[_us(d.t_ns, origin), widx[d.worker], headline(d.cause),
+                    _num((d.job.death or {}).get("last_tree_rss_bytes"))]
+                   for d in deaths(t) if d.worker in widx]
 
-    plots, plot_notes = _plots(t, origin, order)
+    plots, plot_notes = _plots(t, origin, order, died_in)
     notices.extend(plot_notes)
     span_us = max(_us(end, origin), 1)
     pad = span_us * 0.01
     data = {
         "origin_ns": origin, "end_us": _us(end, origin), "t0": -pad, "t1": span_us + pad,
         "start": _iso(origin), "workers": workers, "names": list(names),
-        "hues": [zlib.crc32(n.encode("utf-8", "replace")) % 360 for n in names],
+        # Hues from the name, so a function keeps its colour across reports; never the reds
+        # (hue 340-20) that mean an error or a death.
+        "hues": [20 + zlib.crc32(n.encode("utf-8", "replace")) % 320 for n in names],
         "threads": [list(k) for k in threads],
         "spans": cols, "errors": errors, "attrs": attrs,
+        "jobDeaths": job_deaths, "deaths": death_marks,
         "akeys": akeys, "ascale": ascale, "avals": avals,
         "bins": bins, "binned": len(binned),
         "marks": [[widx[m.worker], _us(m.t_ns, origin), names[m.name]]
@@ -283,7 +304,35 @@ def _span_bins(binned: list[tuple[Span, int]], origin: int, end: int,
     return out
 
 
-def _plots(t: Timeline, origin: int, order: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+def _memory_limits(t: Timeline, died_in: dict[str, Any]) -> list[list[Any]]:
+    """[bytes, label] of each distinct cgroup memory limit worth a line on the memory plot:
+    those of the jobs a worker died in, and a limit the worker's tree came within half of
+    (a far-off limit would flatten the plot and say nothing)."""
+    limits: dict[float, set[str]] = {}
+    for wid, d in died_in.items():
+        v = (d.job.death or {}).get("cgroup_limit_bytes")
+        if isinstance(v, (int, float)) and v > 0:
+            limits.setdefault(float(v), set()).add(wid)
+    sampled: dict[str, float] = {}
+    peak: dict[str, float] = {}
+    for smp in t.samples:
+        if smp.scope == "host" and "cgroup_mem_limit_bytes" in smp.values:
+            sampled[smp.worker] = smp.values["cgroup_mem_limit_bytes"]
+        elif smp.scope == "tree" and "rss_bytes" in smp.values:
+            peak[smp.worker] = max(peak.get(smp.worker, 0.0), smp.values["rss_bytes"])
+    for wid, v in sampled.items():
+        if math.isfinite(v) and v > 0 and peak.get(wid, 0.0) >= v / 2:
+            limits.setdefault(float(v), set()).add(wid)
+    out = []
+    for v, who in sorted(limits.items()):
+        whom = short_worker(next(iter(who))) if len(who) == 1 else f"{len(who)} workers"
+        # Exact: the line is drawn where the limit is, not 4 digits near it.
+        out.append([int(v) if v.is_integer() else v, f"cgroup limit {fmt_bytes(v)} ({whom})"])
+    return out
+
+
+def _plots(t: Timeline, origin: int, order: list[str], died_in: dict[str, Any]
+           ) -> tuple[list[dict[str, Any]], list[str]]:
     plots, notes = [], []
     for spec in PLOTS:
         series, total, kept = [], 0, 0
@@ -304,8 +353,9 @@ def _plots(t: Timeline, origin: int, order: list[str]) -> tuple[list[dict[str, A
             notes.append(f"{spec.title}: {note}.")
         what = f"{spec.scope}{'<i>' if spec.scope == 'gpu' else ''}.{'+'.join(spec.metrics)}"
         empty = f"no data: no {what} samples" + (" (a rate needs two)" if spec.rate else "")
+        limits = _memory_limits(t, died_in) if spec.id == "plot-mem" else []
         plots.append({"id": spec.id, "title": spec.title, "unit": spec.unit, "series": series,
-                      "note": note, "empty": empty})
+                      "note": note, "empty": empty, "limits": limits})
     return plots, notes
 
 
@@ -364,6 +414,29 @@ def _attrs_text(attrs: dict[str, Any]) -> str:
         return repr(attrs)
 
 
+def _shown_attrs(s: Span) -> dict[str, Any] | None:
+    """A span's attrs for its tooltip: a failed span's traceback is told with its error."""
+    if s.attrs and s.error is not None and isinstance(s.attrs.get("traceback"), str):
+        return {k: v for k, v in s.attrs.items() if k != "traceback"}
+    return s.attrs
+
+
+def _error_text(s: Span) -> str:
+    """A failed span's error ("Type: message") and the end of its traceback, if it has one."""
+    text = _clip(str(s.error))
+    tb = (s.attrs or {}).get("traceback")
+    if isinstance(tb, str) and tb:
+        # The end of a traceback names the failing line: keep that end.
+        tail = tb if len(tb) <= MAX_TRACEBACK else "…" + tb[-MAX_TRACEBACK:]
+        text += "\n" + tail.rstrip()
+    return text
+
+
+def _death_lines(error: str | None, death: dict[str, Any] | None) -> list[str]:
+    """What the page tells of a death: the error text, then each figure."""
+    return ([_clip(error)] if error else []) + [_clip(f) for f in figures(death)]
+
+
 def _clip(text: str) -> str:
     text = str(text)
     if len(text) <= MAX_TEXT:
@@ -419,7 +492,8 @@ def _workers_html(t: Timeline, wtable: list[dict[str, Any]], data: dict[str, Any
     last_us = {w[0]: w[7] for w in data["workers"]}
     origin = data["origin_ns"]
     out = ["<section><h2>Workers</h2><table class=\"tbl\"><thead><tr><th>worker</th><th>host</th>"
-           "<th>pid</th><th>exit status</th><th>jobs</th><th>failed</th><th>frames lost</th>"
+           "<th>pid</th><th>exit status</th><th>died of</th><th>jobs</th><th>failed</th>"
+           "<th>frames lost</th>"
            "<th>dropped</th><th>job time</th><th>active</th><th>straggler</th></tr></thead><tbody>"]
     for r in wtable:
         wid = r["worker"]
@@ -429,6 +503,7 @@ def _workers_html(t: Timeline, wtable: list[dict[str, Any]], data: dict[str, Any
         out.append(
             f"<tr{cls}><td><code>{_esc(wid)}</code></td><td>{_esc(r['host'])}</td>"
             f"<td class=\"num\">{_esc(r['pid'])}</td><td>{_esc(r['status'])}</td>"
+            f"<td>{_esc(headline(r['died'])) if r['died'] else ''}</td>"
             f"<td class=\"num\">{r['jobs']:,}</td><td class=\"num\">{r['failed_jobs']:,}</td>"
             f"<td class=\"num\">{r['lost']:,}</td><td class=\"num\">{r['dropped']:,}</td>"
             f"<td class=\"num\">{_esc(fmt_seconds(r['busy_s']))}</td>"
@@ -438,22 +513,48 @@ def _workers_html(t: Timeline, wtable: list[dict[str, Any]], data: dict[str, Any
     return "".join(out)
 
 
+def _deaths_html(t: Timeline, data: dict[str, Any]) -> str:
+    """A section for the workers that died inside a job: when, of what, and the figures."""
+    died = deaths(t)
+    if not died:
+        return ""
+    origin = data["origin_ns"]
+    out = ["<section><h2>Deaths</h2><p class=\"hint\">Workers that died inside a job, as the "
+           "sidecar named it after the worker's pipe closed: spans still open then are drawn "
+           "cut short (a ragged end) and end at the death.</p><table class=\"tbl\"><thead><tr>"
+           "<th>worker</th><th>job</th><th>at</th><th>died of</th><th>what the sidecar read</th>"
+           "</tr></thead><tbody>"]
+    for d in died:
+        told = f"<div>{_esc(_clip(d.job.error))}</div>" if d.job.error else ""
+        told += f"<div class=\"figs\">{' · '.join(_esc(f) for f in figures(d.job.death))}</div>"
+        out.append(f"<tr class=\"bad\"><td><code>{_esc(d.worker)}</code></td>"
+                   f"<td>{d.job.id} <code>{_esc(d.job.name)}</code></td>"
+                   f"<td class=\"num\">+{_esc(fmt_seconds((d.t_ns - origin) / 1e9))}</td>"
+                   f"<td><b>{_esc(headline(d.cause))}</b></td><td>{told}</td></tr>")
+    out.append("</tbody></table></section>")
+    return "".join(out)
+
+
 def _functions_html(rows: list[dict[str, Any]]) -> str:
+    cut = any(r["cut_short"] for r in rows)
     out = ["<section><h2>Functions</h2><p class=\"hint\">One row per span name; self = wall "
            "time minus time in child spans; CPU and peak RSS are estimates attributed from "
-           "the samples around each span.</p><table class=\"tbl\"><thead><tr><th>name</th>"
+           "the samples around each span"
+           + ("; cut short = calls still open when their process died" if cut else "")
+           + ".</p><table class=\"tbl\"><thead><tr><th>name</th>"
            "<th>kind</th><th>calls</th><th>total</th><th>self</th><th>mean</th><th>p50</th>"
-           "<th>p95</th><th>max</th><th>CPU</th><th>peak RSS</th><th>errors</th></tr></thead>"
-           "<tbody>"]
+           "<th>p95</th><th>max</th><th>CPU</th><th>peak RSS</th><th>errors</th>"
+           + ("<th>cut short</th>" if cut else "") + "</tr></thead><tbody>"]
     for r in rows[:MAX_ROWS]:
-        cls = " class=\"bad\"" if r["errors"] else ""
+        cls = " class=\"bad\"" if r["errors"] or r["cut_short"] else ""
         out.append(
             f"<tr{cls}><td><code>{_esc(r['name'])}</code></td><td>{_esc(r['kind'])}</td>"
             f"<td class=\"num\">{r['calls']:,}</td>"
             + "".join(f"<td class=\"num\">{_esc(fmt_seconds(r[k]))}</td>"
                       for k in ("total_s", "self_s", "mean_s", "p50_s", "p95_s", "max_s", "cpu_s"))
             + f"<td class=\"num\">{_esc(fmt_bytes(r['peak_rss_bytes']))}</td>"
-            f"<td class=\"num\">{r['errors']:,}</td></tr>")
+            f"<td class=\"num\">{r['errors']:,}</td>"
+            + (f"<td class=\"num\">{r['cut_short']:,}</td>" if cut else "") + "</tr>")
     out.append("</tbody></table>")
     if len(rows) > MAX_ROWS:
         rest = rows[MAX_ROWS:]

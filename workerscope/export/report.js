@@ -7,9 +7,11 @@ const body = document.body, tip = document.getElementById("tip");
 const stack = document.getElementById("stack"), cursorLine = document.getElementById("cursor");
 const report = window.__wsError || function () {};
 
-// ---- spans: columns -> typed arrays. Flags: 1 error, 2 job, 4 killed job, 8 still running ----
+// ---- spans: columns -> typed arrays. Flags: 1 error, 2 job, 4 a job its worker died in,
+// 8 still running, 16 cut short (open when its process died: it ends at the death) ----
 const S = D.spans, N = S.n.length, W = D.workers, NW = W.length;
-// W[w]: [id, status, killed, straggler, lanes, host, pid, last event (us), notes]
+// W[w]: [id, status, died, straggler, lanes, host, pid, last event (us), notes,
+//        how it died ("OOM-killed", "killed (SIGKILL)", or ""), what the sidecar read (lines)]
 const sw = Int32Array.from(S.w), sd = Int32Array.from(S.d), sn = Int32Array.from(S.n);
 const sf = Int32Array.from(S.f), sh = Int32Array.from(S.h);
 const ss = new Float64Array(N), se = new Float64Array(N);
@@ -33,7 +35,7 @@ for (let l = 0; l < NL; l++) laneStart[l + 1] += laneStart[l];
     laneMax[l] = Math.max(laneMax[l], se[i] - ss[i]);
   }
 }
-const errOf = new Map(D.errors), attrOf = new Map();
+const errOf = new Map(D.errors), attrOf = new Map(), jobDeath = new Map(D.jobDeaths);
 {
   let i = 0;
   D.attrs.i.forEach((d, j) => { i += d; attrOf.set(i, D.attrs.texts[D.attrs.x[j]]); });
@@ -47,7 +49,12 @@ function attrCode(j, i) {
 const color = D.hues.map(h => "hsl(" + h + ",58%,62%)");
 const jobColor = D.hues.map(h => "hsl(" + h + ",35%,83%)");
 const B = D.bins, NB = B.c.length;
-const seriesColor = c => "hsl(" + ((c * 137.508) % 360).toFixed(1) + ",65%,42%)";
+// Line colours spread round the wheel, skipping the reds that mean an error or a death.
+const seriesColor = c => {
+  let h = (210 + c * 137.508) % 360;
+  if (h > 340 || h < 20) h = (h + 40) % 360;
+  return "hsl(" + h.toFixed(1) + ",65%,42%)";
+};
 const endOf = i => (sf[i] & 8) ? Math.max(se[i], W[sw[i]][7]) : se[i];
 
 // ---- the view (us since the origin), shared by every canvas ----
@@ -160,12 +167,37 @@ const laneY = new Float64Array(NL);
   bandY[NW] = y;
 }
 const ganttH = Math.max(bandY[NW] + 6, 80);
+
+// A span cut short by its process's death: hatched, with a ragged (torn) right end where the
+// death ended it. `end`: that end is in view.
+function raggedEnd(g, p0, p1, y, lh, end) {
+  const z = end ? Math.min(6, (p1 - p0) / 2) : 0, n = Math.max(2, Math.round(lh / 4));
+  g.save();
+  g.beginPath(); g.rect(p0, y, Math.max(p1 - p0, 0), lh); g.clip();
+  g.strokeStyle = "rgba(29,35,48,.45)"; g.lineWidth = 1;
+  g.beginPath();
+  for (let x = p0 - lh; x < p1; x += 5) { g.moveTo(x, y + lh); g.lineTo(x + lh, y); }
+  g.stroke();
+  if (end) {
+    const teeth = () => {
+      g.beginPath(); g.moveTo(p1, y);
+      for (let k = 0; k < n; k++) {
+        g.lineTo(p1 - z, y + lh * (k + 0.5) / n); g.lineTo(p1, y + lh * (k + 1) / n);
+      }
+    };
+    g.globalCompositeOperation = "destination-out";  // tear the end off
+    teeth(); g.closePath(); g.fill();
+    g.globalCompositeOperation = "source-over";
+    g.strokeStyle = RED; g.lineWidth = 1.5; teeth(); g.stroke();
+  }
+  g.restore();
+}
 let gantt = null, stats = {};
 
 function drawGantt(counting) {
   const c = gantt, g = c.g, x0 = LEFT, x1 = c.w - RIGHT;
   const k = (x1 - x0) / (v1 - v0), lh = Math.max(laneH - 1, 2);
-  const lastBin = new Int32Array(NL).fill(-1), labels = [];
+  const lastBin = new Int32Array(NL).fill(-1), labels = [], cut = [];
   let drawn = 0, tiny = 0, bins = 0, inView = 0, style = "";
   const fill = s => { if (s !== style) { style = s; g.fillStyle = s; } };  // each set is parsed
   g.clearRect(0, 0, c.w, c.h);
@@ -194,6 +226,7 @@ function drawGantt(counting) {
       fill("rgba(255,255,255,.55)");
       for (let x = p0 + 4; x < p1; x += 8) g.fillRect(x, y, 3, lh);
     }
+    if (f & 16) cut.push([p0, p1, y, b <= v1]);
     if (f & 5) {  // an error, or a killed job (dashed, with a cross where it ended)
       g.strokeStyle = RED; g.lineWidth = 1.5;
       if (f & 4) g.setLineDash([4, 2]);
@@ -207,6 +240,8 @@ function drawGantt(counting) {
     }
     drawn++;
   }
+  for (const [p0, p1, y, end] of cut) raggedEnd(g, p0, p1, y, lh, end);
+  style = "";
   g.fillStyle = "#8a94a6";
   for (let j = 0; j < NB; j++) {  // spans summarised in Python (past MAX_SPANS)
     const a = B.t[j], b = a + B.l[j];
@@ -238,7 +273,7 @@ function drawGantt(counting) {
     g.beginPath(); g.moveTo(x - 3, y); g.lineTo(x + 3, y); g.lineTo(x, y + 5); g.fill();
   }
   g.fillStyle = RED;
-  for (let w = 0; w < NW; w++) {  // a killed worker: a red bar where its timeline stops
+  for (let w = 0; w < NW; w++) {  // a worker that died: a red bar where its timeline stops
     const x = x0 + (W[w][7] - v0) * k;
     if (W[w][2] && x >= x0 && x <= x1) g.fillRect(x - 1, bandY[w], 3, bandH[w]);
   }
@@ -258,7 +293,8 @@ function drawGantt(counting) {
   g.textAlign = "left"; g.textBaseline = "middle";
   for (let w = 0; w < NW; w++) {  // worker labels, with what went wrong
     const cy = bandY[w] + Math.min(bandH[w], 16) / 2;
-    let tag = W[w][2] ? (W[w][1] === "sidecar_lost" ? " ✖ sidecar lost" : " ✖ killed") : "";
+    let tag = !W[w][2] ? "" : W[w][9] ? " ✖ " + W[w][9] :
+      W[w][1] === "sidecar_lost" ? " ✖ sidecar lost" : " ✖ killed";
     if (W[w][3]) tag += " ⚠ straggler";
     g.font = BOLD;
     const tw = tag ? g.measureText(tag).width : 0;
@@ -303,7 +339,8 @@ function drawPlot(p, counting) {
     for (let i = a; i <= b; i++) if (s.v[i] > ymax) ymax = s.v[i];
     return [a, b];
   });
-  const any = ranges.some(([a, b]) => b >= a);
+  const any = ranges.some(([a, b]) => b >= a), limits = p.spec.limits || [];
+  if (any) for (const [v] of limits) if (v > ymax) ymax = v;
   if (!(ymax > 0)) ymax = 1;
   const ystep = (unit === "%" ? niceStep : niceBytes)(ymax / 3);
   ymax = Math.ceil(ymax / ystep) * ystep;
@@ -331,6 +368,7 @@ function drawPlot(p, counting) {
     if (a === b) g.fillRect(x0 + (s.t[a] - v0) * k - 2, y1 - s.v[a] * ky - 2, 4, 4);
     drawn += b - a + 1;
   });
+  if (any) deathsOnPlot(g, p, x0, x1, y0, y1, k, ky, limits);
   g.restore();
   if (counting) c.el.dataset.ink = String(ink(c, x0, y0, x1 - x0, y1 - y0));
   under(c, g => {
@@ -368,6 +406,35 @@ function drawPlot(p, counting) {
     g.fillStyle = "#8a5a00"; g.textAlign = "right"; g.fillText(p.spec.note, x1 - 2, y0 + 6);
   }
   c.el.dataset.drawn = String(drawn);
+}
+
+// A cgroup memory limit: a dashed red line, labelled. A worker's death: a dashed red line at
+// the moment, and on the memory plot a ✖ at the tree's last RSS before it, and its cause.
+function deathsOnPlot(g, p, x0, x1, y0, y1, k, ky, limits) {
+  const mem = p.spec.id === "plot-mem";
+  g.strokeStyle = RED; g.fillStyle = RED; g.lineWidth = 1; g.font = FONT;
+  g.setLineDash([5, 3]);
+  for (const [v, label] of limits) {
+    const y = Math.round(y1 - v * ky) + 0.5;
+    g.beginPath(); g.moveTo(x0, y); g.lineTo(x1, y); g.stroke();
+    g.textAlign = "right"; g.textBaseline = "bottom"; g.fillText(label, x1 - 4, y - 2);
+  }
+  D.deaths.forEach(([t, w, label, rss], j) => {
+    if (t < v0 || t > v1) return;
+    const x = Math.round(x0 + (t - v0) * k) + 0.5;
+    g.setLineDash([3, 3]);
+    g.beginPath(); g.moveTo(x, y0); g.lineTo(x, y1); g.stroke();
+    if (!mem) return;
+    g.setLineDash([]);
+    g.textAlign = "left"; g.textBaseline = "top";  // three rows, so neighbours do not collide
+    g.fillText(clip("✖ " + label + " " + W[w][0], 220, g), x + 3, y0 + 2 + (j % 3) * 12);
+    if (rss !== null) {
+      g.font = "bold 12px system-ui,sans-serif"; g.textAlign = "center"; g.textBaseline = "middle";
+      g.fillText("✖", x, y1 - rss * ky);
+      g.font = FONT;
+    }
+  });
+  g.setLineDash([]);
 }
 
 // ---- drawing everything ----
@@ -451,7 +518,9 @@ function spanAt(l, t, tol) {
 function workerTip(el, wk) {
   line(el, wk[0], "h");
   line(el, "host " + wk[5] + " · pid " + wk[6] + " · status " + wk[1]);
-  if (wk[2]) line(el, "killed or lost: its timeline ends early", "e");
+  if (wk[2]) line(el, (wk[9] ? wk[9] + " inside a job" : "killed or lost") +
+    ": its timeline ends early", "e");
+  for (const text of wk[10] || []) line(el, "  " + text, "e");
   if (wk[3]) line(el, "straggler: job time well above its peers'", "e");
   if (wk[8]) line(el, wk[8] + " note(s): see the top of the page", "k");
 }
@@ -463,7 +532,11 @@ function spanTip(el, i, wk, near) {
     " · depth " + sd[i]);
   line(el, "worker " + wk[0] + " · pid " + th[0] + " · tid " + th[1]);
   if (errOf.has(i)) line(el, "error: " + errOf.get(i), "e");
-  if (f & 4) line(el, "killed: the worker died during this job", "e");
+  if (f & 16) line(el, "cut short: still open when its process died; it ends at the death", "e");
+  if (f & 4) {
+    line(el, "the worker died during this job:", "e");
+    for (const text of jobDeath.get(i) || []) line(el, "  " + text, "e");
+  }
   if (attrOf.has(i)) line(el, "attrs: " + attrOf.get(i), "k");
   const parts = [];
   D.akeys.forEach((key, j) => {
@@ -562,6 +635,19 @@ window.addEventListener("resize", () => {
   clearTimeout(resizing);
   resizing = setTimeout(() => { layout(); drawAll(true); }, 100);
 });
+
+// For tests and scripts: where the k-th span named `name` (of a worker whose id starts with
+// `worker`, if given) is drawn on the Gantt now, in the canvas's CSS pixels; null if nowhere.
+window.__wsSpot = function (name, k, worker) {
+  let seen = 0;
+  for (let i = 0; i < N; i++) {
+    if (D.names[sn[i]] !== name || (worker && !W[sw[i]][0].startsWith(worker))) continue;
+    if (seen++ < (k || 0)) continue;
+    const a = Math.max(ss[i], v0), b = Math.min(endOf(i), v1);
+    return { x: X(gantt, (a + b) / 2), y: laneY[laneOff[sw[i]] + sd[i]] + laneH / 2 };
+  }
+  return null;
+};
 
 layout();
 attach(gantt.el, null);

@@ -7,12 +7,14 @@ the terminal's); colour only when asked (the CLI asks only on a TTY).
 from __future__ import annotations
 
 import bisect
+import textwrap
 from typing import Any
 
 from .. import protocol
 from ..protocol import Status
 from ..timeline import Timeline
 from .attribution import DIED, Attribution, function_table, workers_table
+from .deaths import by_worker, deaths, figures, is_cut_short
 from .units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
 
 LEVELS = " ▁▂▃▄▅▆▇█"
@@ -22,28 +24,30 @@ RED, DIM, RESET = "\x1b[31m", "\x1b[2m", "\x1b[0m"
 def gantt(t: Timeline, width: int = 80, color: bool = False) -> str:
     """One row of spans and one row of tree CPU per worker, over the whole timeline.
 
-    Span row: █ inside a span, ░ inside a job but no span, space idle, ✗ where a worker died,
+    Span row: █ inside a span, ░ inside a job but no span, space idle, ▓ inside a span cut
+    short by its process's death, ✗ where a worker died (killed, OOM-killed, sidecar lost),
     ! where a span failed. CPU row: tree cpu_percent scaled to the peak of all workers.
     """
     start, end = t.start_ns, t.end_ns
     if start is None or end is None:
         return "(empty timeline)\n"
-    label_w = min(28, max((len(short_worker(w)) + 9 for w in t.workers), default=10))
-    cols = max(width - label_w - 3, 10)
-    span_ns = max(end - start, 1)
-
-    def col(ts: int) -> int:
-        return min(cols - 1, max(0, (ts - start) * cols // span_ns))
-
     cpu_by_worker: dict[str, list[tuple[int, float]]] = {}
     for smp in t.samples:
         if smp.scope == "tree" and "cpu_percent" in smp.values:
             cpu_by_worker.setdefault(smp.worker, []).append((smp.t_ns, smp.values["cpu_percent"]))
     peak_cpu = max((v for rows in cpu_by_worker.values() for _, v in rows), default=0.0)
     scale = max(100.0, peak_cpu)
+    cpu_label = f"  cpu (max {fmt_percent(scale)})"
+    label_w = min(28, max([len(short_worker(w)) + 9 for w in t.workers] + [len(cpu_label)]))
+    cols = max(width - label_w - 3, 10)
+    span_ns = max(end - start, 1)
+
+    def col(ts: int) -> int:
+        return min(cols - 1, max(0, (ts - start) * cols // span_ns))
     zero = fmt_seconds(0)
     axis = f"{'':<{label_w}} |{zero}{fmt_seconds(span_ns / 1e9):>{cols - len(zero)}}|"
     lines = [axis]
+    died_in = by_worker(t)
     for wid in sorted(t.workers):
         w = t.workers[wid]
         row = [" "] * cols
@@ -51,16 +55,20 @@ def gantt(t: Timeline, width: int = 80, color: bool = False) -> str:
             if j.worker == wid:
                 for c in range(col(j.start_ns), col(j.end_ns if j.end_ns else end) + 1):
                     row[c] = "░"
-        for s in t.spans:
-            if s.worker == wid and s.kind != "job":
+        mine = [s for s in t.spans if s.worker == wid and s.kind != "job"]
+        for s in mine:
+            for c in range(col(s.start_ns), col(s.end_ns) + 1):
+                row[c] = "█"
+        for s in mine:  # drawn over the rest: what was lost to a death must not be hidden
+            if is_cut_short(s):
                 for c in range(col(s.start_ns), col(s.end_ns) + 1):
-                    row[c] = "█"
-        for s in t.spans:
-            if s.worker == wid and s.error and s.kind != "job":
+                    row[c] = "▓"
+        for s in mine:
+            if s.error:
                 row[col(s.end_ns)] = "!"
-        died = w.status in DIED or any(j.worker == wid and j.status == Status.KILLED
-                                       for j in t.jobs)
-        if died:
+        if wid in died_in:
+            row[col(died_in[wid].t_ns)] = "✗"
+        elif w.status in DIED:
             last = max((j.end_ns or end for j in t.jobs if j.worker == wid), default=end)
             row[col(last)] = "✗"
         text = "".join(row)
@@ -83,7 +91,7 @@ def gantt(t: Timeline, width: int = 80, color: bool = False) -> str:
         cpu = "".join(cpu_row)
         if color:
             cpu = f"{DIM}{cpu}{RESET}"
-        lines.append(f"{f'  cpu (max {fmt_percent(scale)})':<{label_w}} |{cpu}|")
+        lines.append(f"{cpu_label:<{label_w}} |{cpu}|")
     return "\n".join(lines) + "\n"
 
 
@@ -101,37 +109,100 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
 
 
 def jobs_table(t: Timeline) -> str:
+    """One row per job; `died` names what its worker died of inside it (oom, SIGKILL,
+    exit 3)."""
     rows = []
+    causes = {(d.worker, d.job.id, d.job.start_ns): d.cause for d in deaths(t)}
     for j in sorted(t.jobs, key=lambda j: (j.worker, j.start_ns)):
         dur = None if j.end_ns is None else (j.end_ns - j.start_ns) / 1e9
         rows.append([short_worker(j.worker), str(j.id), j.name, j.status, fmt_seconds(dur),
-                     j.error or ""])
-    return _table(["worker", "job", "name", "status", "wall", "error"], rows, {1, 4})
+                     causes.get((j.worker, j.id, j.start_ns), ""), j.error or ""])
+    return _table(["worker", "job", "name", "status", "wall", "died", "error"], rows, {1, 4})
 
 
 def functions_table(t: Timeline, attribution: Attribution | None = None) -> str:
+    """One row per span name; a `cut` column (calls cut short by a death) when there were
+    any."""
     rows = []
-    for r in function_table(t, attribution):
+    table = function_table(t, attribution)
+    cut = any(r["cut_short"] for r in table)
+    for r in table:
         rows.append([r["name"] + (" (job)" if r["kind"] == "job" else ""), str(r["calls"]),
                      *(fmt_seconds(r[k]) for k in ("total_s", "mean_s", "p50_s", "p95_s",
                                                    "max_s", "self_s", "cpu_s")),
-                     fmt_bytes(r["peak_rss_bytes"]), str(r["errors"])])
-    return _table(["function", "calls", "total", "mean", "p50", "p95", "max", "self", "cpu",
-                   "peak rss", "errors"], rows, set(range(1, 11)))
+                     fmt_bytes(r["peak_rss_bytes"]), str(r["errors"]),
+                     *([str(r["cut_short"])] if cut else [])])
+    headers = ["function", "calls", "total", "mean", "p50", "p95", "max", "self", "cpu",
+               "peak rss", "errors", *(["cut"] if cut else [])]
+    return _table(headers, rows, set(range(1, len(headers))))
 
 
 def workers_text(t: Timeline) -> str:
     rows = []
     for r in workers_table(t):
-        rows.append([short_worker(r["worker"]), r["status"], str(r["jobs"]),
+        rows.append([short_worker(r["worker"]), r["status"], r["died"], str(r["jobs"]),
                      str(r["failed_jobs"]), fmt_seconds(r["busy_s"]), str(r["lost"]),
                      "straggler" if r["straggler"] else ""])
-    return _table(["worker", "status", "jobs", "failed", "busy", "lost", ""], rows, {2, 3, 4, 5})
+    return _table(["worker", "status", "died", "jobs", "failed", "busy", "lost", ""], rows,
+                  {3, 4, 5, 6})
+
+
+def _key(t: Timeline) -> str:
+    """What the Gantt's symbols mean, those that it shows."""
+    spans = [s for s in t.spans if s.kind != "job"]
+    key = [("█", "span", bool(spans)), ("░", "job, no span", bool(t.jobs)),
+           ("▓", "cut short by a death", any(is_cut_short(s) for s in spans)),
+           ("!", "failed", any(s.error for s in spans)),
+           ("✗", "died", bool(deaths(t)) or any(w.status in DIED for w in t.workers.values()))]
+    return "  ".join(f"{sym} {what}" for sym, what, shown in key if shown)
+
+
+def deaths_text(t: Timeline, width: int = 80) -> str:
+    """Each death inside a job: worker, job, when, the cause, the error text and the figures
+    behind it, wrapped to `width`."""
+    out: list[str] = []
+    start = t.start_ns or 0
+    for d in deaths(t):
+        out.append(f"  {short_worker(d.worker)} job {d.job.id} {d.job.name} at "
+                   f"{fmt_seconds((d.t_ns - start) / 1e9)}: {d.cause}")
+        if d.job.error:
+            out.extend(_wrap([d.job.error], width))
+        out.extend(_wrap(figures(d.job.death), width))
+    return "deaths:\n" + "\n".join(out) + "\n" if out else ""
+
+
+def _wrap(phrases: list[str], width: int, indent: str = "    ") -> list[str]:
+    """Phrases joined by " · " into lines of at most `width`, never broken inside a phrase
+    that fits on a line ("83.5 MiB" stays whole)."""
+    width = max(width, 20)
+    lines: list[str] = []
+    line = ""
+    for p in phrases:
+        if line and len(line) + 3 + len(p) <= width:
+            line += " · " + p
+            continue
+        if line:
+            lines.append(line)
+        if len(indent) + len(p) <= width:
+            line = indent + p
+        else:
+            *full, line = textwrap.wrap(p, width, initial_indent=indent,
+                                        subsequent_indent=indent, break_on_hyphens=False)
+            lines.extend(full)
+    if line:
+        lines.append(line)
+    return lines
 
 
 def report(t: Timeline, width: int = 80, color: bool = False) -> str:
-    """Everything: the Gantt, workers, jobs and functions, and any notes."""
-    parts = [gantt(t, width, color), workers_text(t), jobs_table(t), functions_table(t)]
+    """Everything: the Gantt and its key, workers, jobs, deaths and functions, and notes."""
+    key = _key(t)
+    parts = [gantt(t, width, color) + (f"{key}\n" if key else ""), workers_text(t),
+             jobs_table(t)]
+    died = deaths_text(t, width)
+    if died:
+        parts.append(died)
+    parts.append(functions_table(t))
     notes = [f"{short_worker(w.id)}: {n}" for w in t.workers.values() for n in w.notes]
     if notes:
         parts.append("notes:\n" + "".join(f"  {n}\n" for n in notes))
