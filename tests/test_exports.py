@@ -12,7 +12,7 @@ from workerscope import monitor, timed
 from workerscope.export.attribution import attribute, function_table
 from workerscope.export.chrome import to_chrome
 from workerscope.export.plotspec import PLOTS, counter_rates, plot_series
-from workerscope.timeline import Sample, Timeline, Worker
+from workerscope.timeline import Sample, Span, Timeline, Worker
 
 MB = 1024 * 1024
 
@@ -156,3 +156,26 @@ def test_plot_series_one_line_per_device():
     net = plot_series(t, spec["plot-net"], sorted(t.workers))
     assert [(x.label, x.worker, x.points) for x in net] == [("h", False, [(s, 10.0), (2 * s, 10.0)])]
     assert plot_series(t, spec["plot-gpu"], sorted(t.workers)) == []
+
+
+def hog_and_nap() -> Timeline:
+    """One process: `hog` grows its RSS from 20 to 270 MiB over 1 s and keeps it; `nap` then
+    sleeps 50 ms while the process is large (issue 14, item 4)."""
+    s = 1_000_000_000
+    t = Timeline(workers={"h:10:11": Worker("h:10:11", host="h", pid=10)})
+    for k in range(41):  # every 0.1 s for 4 s
+        ts = k * s // 10
+        rss = 20 * MB + min(max(ts - s, 0), s) / s * 250 * MB
+        t.samples.append(Sample("h:10:11", ts, "proc", 10, {"rss_bytes": rss,
+                                                           "peak_rss_bytes": rss}))
+    t.spans = [Span("h:10:11", None, 1, None, "hog", s, 2 * s, 10, 10),
+               Span("h:10:11", None, 2, None, "nap", 3 * s, 3 * s + 50_000_000, 10, 10)]
+    return t
+
+
+def test_function_table_tells_growth_apart_from_the_rss_a_call_ran_in():
+    """A 50 ms sleep in a large process grew nothing; the call that allocated grew 250 MiB."""
+    rows = {r["name"]: r for r in function_table(hog_and_nap())}
+    assert rows["nap"]["peak_growth_bytes"] == 0
+    assert rows["nap"]["peak_rss_bytes"] == pytest.approx(270 * MB)
+    assert rows["hog"]["peak_growth_bytes"] == pytest.approx(250 * MB)

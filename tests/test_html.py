@@ -319,3 +319,19 @@ def test_report_of_a_real_monitored_job(tmp_path, clean_env):
     assert drawn(dom, "plot-cpu")[0] > 1
     for cid in PLOTS:
         assert drawn(dom, cid)[0] >= 1 and drawn(dom, cid)[1] > 0, cid
+
+
+def test_function_table_shows_growth_beside_the_rss_a_call_ran_in():
+    """The report's function table has a memory growth column (0 B for the sleep, 250 MiB for
+    the allocator) and names the RSS column for what it is (issue 14, item 4)."""
+    from test_exports import hog_and_nap
+
+    page = to_html(hog_and_nap())
+    section = page[page.index("<h2>Functions</h2>"):]
+    heads = re.findall(r"<th(?:\s[^>]*)?>(.*?)</th>", section)
+    assert "memory grown" in heads and "process RSS during" in heads, heads
+    cells = {m.group(1): re.findall(r"<td[^>]*>(.*?)</td>", m.group(0))
+             for m in re.finditer(r"<tr[^>]*><td><code>(\w+)</code>.*?</tr>", section)}
+    grown = heads.index("memory grown")
+    assert cells["nap"][grown] == "0 B" and cells["hog"][grown] == "250 MiB"
+    assert cells["nap"][heads.index("process RSS during")] == "270 MiB"

@@ -98,3 +98,22 @@ def test_report_command(tmp_path):
     assert (tmp_path / "t.csv").stat().st_size > 0 and (tmp_path / "t.json").stat().st_size > 0
     r = run_cli("report", str(tmp_path / "missing.wsc"))
     assert r.returncode == 2 and "cannot read" in r.stderr
+
+
+def test_functions_table_shows_growth_and_says_what_its_columns_mean():
+    """The function table shows each function's memory growth (0 B for a sleep in a large
+    process, 250 MiB for the allocator) beside the RSS it ran in, and a line says which is
+    which (issue 14, item 4)."""
+    from test_exports import hog_and_nap
+
+    from workerscope.export.terminal import functions_table
+
+    text = functions_table(hog_and_nap())
+    head, _, *rows = text.splitlines()
+    cols = head.split()
+    assert "grew" in cols and "rss" in cols, head
+    nap = next(r for r in rows if r.startswith("nap"))
+    hog = next(r for r in rows if r.startswith("hog"))
+    assert "0 B" in nap and "270 MiB" in nap, nap
+    assert "250 MiB" in hog, hog
+    assert "grew: " in text and "rss: " in text
