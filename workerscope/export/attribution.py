@@ -160,8 +160,12 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 def function_table(t: Timeline, attribution: Attribution | None = None) -> list[dict[str, Any]]:
     """One row per span name (jobs included, kind "job"): calls, wall-time statistics, self time
-    (wall minus time in child spans), attributed CPU and peak memory, errors, and calls cut
-    short by their process's death. Sorted by total."""
+    (wall minus time in child spans), attributed CPU, errors, calls cut short by their
+    process's death, and two memory figures that answer different questions:
+    `peak_growth_bytes`, the most the process's RSS rose above its level at a call's start
+    during one call (what the function allocated: a sleep in a large process grew 0), and
+    `peak_rss_bytes`, the process's largest RSS while a call ran (memory held before the
+    call included: it blames whatever ran while the process was large). Sorted by total."""
     attribution = attribute(t) if attribution is None else attribution
     child_time: dict[tuple[str, int, int], int] = {}
     for s in t.spans:
@@ -174,7 +178,8 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
         key = (s.name, s.kind)
         row = rows.setdefault(key, {"name": s.name, "kind": s.kind, "calls": 0, "total_s": 0.0,
                                     "self_s": 0.0, "cpu_s": 0.0, "peak_rss_bytes": 0.0,
-                                    "errors": 0, "cut_short": 0, "has_cpu": False})
+                                    "peak_growth_bytes": None, "errors": 0, "cut_short": 0,
+                                    "has_cpu": False})
         wall = s.duration_ns / 1e9
         walls.setdefault(key, []).append(wall)
         row["calls"] += 1
@@ -187,6 +192,9 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
             row["cpu_s"] += a["cpu_s"]
             row["has_cpu"] = True
         row["peak_rss_bytes"] = max(row["peak_rss_bytes"], a.get("peak_rss_bytes", 0.0))
+        if "peak_growth_bytes" in a:  # 0 is a finding here (it grew nothing), not an absence
+            row["peak_growth_bytes"] = max(row["peak_growth_bytes"] or 0.0,
+                                           a["peak_growth_bytes"])
     out = []
     for key, row in rows.items():
         w = sorted(walls[key])

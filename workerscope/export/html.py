@@ -538,12 +538,16 @@ def _deaths_html(t: Timeline, data: dict[str, Any]) -> str:
 def _functions_html(rows: list[dict[str, Any]]) -> str:
     cut = any(r["cut_short"] for r in rows)
     out = ["<section><h2>Functions</h2><p class=\"hint\">One row per span name; self = wall "
-           "time minus time in child spans; CPU and peak RSS are estimates attributed from "
-           "the samples around each span"
-           + ("; cut short = calls still open when their process died" if cut else "")
+           "time minus time in child spans; CPU and memory are estimates attributed from "
+           "the samples around each span. <b>memory grown</b>: the most the process's RSS rose "
+           "above its level at a call's start during one call, i.e. what the function "
+           "allocated; <b>process RSS during</b>: the process's largest RSS while a call ran, "
+           "which includes what it held before (a short sleep in a large process shows it "
+           "all)" + ("; cut short = calls still open when their process died" if cut else "")
            + ".</p><table class=\"tbl\"><thead><tr><th>name</th>"
            "<th>kind</th><th>calls</th><th>total</th><th>self</th><th>mean</th><th>p50</th>"
-           "<th>p95</th><th>max</th><th>CPU</th><th>peak RSS</th><th>errors</th>"
+           "<th>p95</th><th>max</th><th>CPU</th><th>memory grown</th><th>process RSS during</th>"
+           "<th>errors</th>"
            + ("<th>cut short</th>" if cut else "") + "</tr></thead><tbody>"]
     for r in rows[:MAX_ROWS]:
         cls = " class=\"bad\"" if r["errors"] or r["cut_short"] else ""
@@ -552,7 +556,8 @@ def _functions_html(rows: list[dict[str, Any]]) -> str:
             f"<td class=\"num\">{r['calls']:,}</td>"
             + "".join(f"<td class=\"num\">{_esc(fmt_seconds(r[k]))}</td>"
                       for k in ("total_s", "self_s", "mean_s", "p50_s", "p95_s", "max_s", "cpu_s"))
-            + f"<td class=\"num\">{_esc(fmt_bytes(r['peak_rss_bytes']))}</td>"
+            + f"<td class=\"num\">{_esc(fmt_bytes(r['peak_growth_bytes']))}</td>"
+            f"<td class=\"num\">{_esc(fmt_bytes(r['peak_rss_bytes']))}</td>"
             f"<td class=\"num\">{r['errors']:,}</td>"
             + (f"<td class=\"num\">{r['cut_short']:,}</td>" if cut else "") + "</tr>")
     out.append("</tbody></table>")

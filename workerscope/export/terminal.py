@@ -120,9 +120,15 @@ def jobs_table(t: Timeline) -> str:
     return _table(["worker", "job", "name", "status", "wall", "died", "error"], rows, {1, 4})
 
 
-def functions_table(t: Timeline, attribution: Attribution | None = None) -> str:
-    """One row per span name; a `cut` column (calls cut short by a death) when there were
-    any."""
+# What the function table's memory columns mean (attribution.function_table).
+MEMORY_KEY = ["grew: the most RSS rose during one call (what the call allocated)",
+              "proc rss: the process's RSS peak while it ran (memory held before too)"]
+
+
+def functions_table(t: Timeline, attribution: Attribution | None = None,
+                    width: int = 80) -> str:
+    """One row per span name, and what its memory columns mean; a `cut` column (calls cut
+    short by a death) when there were any."""
     rows = []
     table = function_table(t, attribution)
     cut = any(r["cut_short"] for r in table)
@@ -130,11 +136,14 @@ def functions_table(t: Timeline, attribution: Attribution | None = None) -> str:
         rows.append([r["name"] + (" (job)" if r["kind"] == "job" else ""), str(r["calls"]),
                      *(fmt_seconds(r[k]) for k in ("total_s", "mean_s", "p50_s", "p95_s",
                                                    "max_s", "self_s", "cpu_s")),
-                     fmt_bytes(r["peak_rss_bytes"]), str(r["errors"]),
-                     *([str(r["cut_short"])] if cut else [])])
+                     fmt_bytes(r["peak_growth_bytes"]), fmt_bytes(r["peak_rss_bytes"]),
+                     str(r["errors"]), *([str(r["cut_short"])] if cut else [])])
     headers = ["function", "calls", "total", "mean", "p50", "p95", "max", "self", "cpu",
-               "peak rss", "errors", *(["cut"] if cut else [])]
-    return _table(headers, rows, set(range(1, len(headers))))
+               "grew", "proc rss", "errors", *(["cut"] if cut else [])]
+    text = _table(headers, rows, set(range(1, len(headers))))
+    if any(r["peak_rss_bytes"] is not None for r in table):
+        text += "\n".join(_wrap(MEMORY_KEY, width, indent="")) + "\n"
+    return text
 
 
 def workers_text(t: Timeline) -> str:
@@ -202,7 +211,7 @@ def report(t: Timeline, width: int = 80, color: bool = False) -> str:
     died = deaths_text(t, width)
     if died:
         parts.append(died)
-    parts.append(functions_table(t))
+    parts.append(functions_table(t, width=width))
     notes = [f"{short_worker(w.id)}: {n}" for w in t.workers.values() for n in w.notes]
     if notes:
         parts.append("notes:\n" + "".join(f"  {n}\n" for n in notes))
