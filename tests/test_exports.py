@@ -179,3 +179,42 @@ def test_function_table_tells_growth_apart_from_the_rss_a_call_ran_in():
     assert rows["nap"]["peak_growth_bytes"] == 0
     assert rows["nap"]["peak_rss_bytes"] == pytest.approx(270 * MB)
     assert rows["hog"]["peak_growth_bytes"] == pytest.approx(250 * MB)
+
+
+def many_functions() -> Timeline:
+    """One worker running ten functions one after another (each 1 s, `f3` failing), in a
+    job: more names than a 10-colour cycle can tell apart (issue 14, item 8)."""
+    s = 1_000_000_000
+    w = "h:10:11"
+    t = Timeline(workers={w: Worker(w, host="h", pid=10)})
+    t.spans.append(Span(w, 1, 1, None, "job", 0, 10 * s, 10, 10, {"status": "ok"}, None, "job"))
+    for k in range(10):
+        t.spans.append(Span(w, 1, k + 2, 1, f"f{k}", k * s, (k + 1) * s - 1, 10, 10,
+                            None, "ValueError: no" if k == 3 else None))
+    t.samples = [Sample(w, k * s, "tree", 10, {"cpu_percent": 50.0, "rss_bytes": 1e6})
+                 for k in range(11)]
+    return t
+
+
+def test_png_gantt_has_labels_a_legend_and_colours_apart_from_errors():
+    """The PNG's Gantt labels its bars, has a legend of function colours, gives each function a
+    colour of its own, and never fills a bar with the red that marks an error (issue 14, 8)."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import to_rgba
+
+    from workerscope.export.plots import ERROR_COLOR, figure
+
+    gantt = figure(many_functions()).get_axes()[0]
+    legend = gantt.get_legend()
+    assert legend is not None, "the Gantt has no legend"
+    names = [x.get_text() for x in legend.get_texts()]
+    assert {f"f{k}" for k in range(10)} <= set(names)
+    handles = dict(zip(names, legend.legend_handles, strict=True))
+    fills = {n: to_rgba(handles[n].get_facecolor()) for n in (f"f{k}" for k in range(10))}
+    assert len(set(fills.values())) == 10, "two functions share a colour"
+    faces = {tuple(map(float, to_rgba(c))) for coll in gantt.collections
+             for c in coll.get_facecolor()}
+    assert to_rgba(ERROR_COLOR) not in faces and to_rgba("tab:red") not in faces
+    assert to_rgba(ERROR_COLOR) in {to_rgba(h.get_edgecolor()) for h in legend.legend_handles}
+    labels = {x.get_text() for x in gantt.texts}
+    assert {f"f{k}" for k in range(10)} <= labels, labels
