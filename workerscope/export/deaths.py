@@ -10,13 +10,14 @@ trace all show the same way.
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 from typing import Any, NamedTuple
 
 from ..protocol import Status
 from ..timeline import Job, Span, Timeline
-from .units import fmt_bytes
+from .units import fmt_bytes, short_worker
 
 # A job in one of these ended because its worker died inside it.
 JOB_DIED = (Status.KILLED, Status.OOM_KILLED)
@@ -123,3 +124,29 @@ def deaths(t: Timeline) -> list[Death]:
 def by_worker(t: Timeline) -> dict[str, Death]:
     """Each worker's (last) death inside a job."""
     return {d.worker: d for d in deaths(t)}
+
+
+def memory_limits(t: Timeline) -> list[tuple[float, str]]:
+    """(bytes, label) of each distinct cgroup memory limit worth a line on a memory plot:
+    those of the jobs a worker died in, and a limit (host cgroup_mem_limit_bytes) that the
+    worker's tree came within half of: a far-off limit would flatten the plot and say nothing."""
+    limits: dict[float, set[str]] = {}
+    for wid, d in by_worker(t).items():
+        v = (d.job.death or {}).get("cgroup_limit_bytes")
+        if isinstance(v, (int, float)) and v > 0:
+            limits.setdefault(float(v), set()).add(wid)
+    sampled: dict[str, float] = {}
+    peak: dict[str, float] = {}
+    for smp in t.samples:
+        if smp.scope == "host" and "cgroup_mem_limit_bytes" in smp.values:
+            sampled[smp.worker] = smp.values["cgroup_mem_limit_bytes"]
+        elif smp.scope == "tree" and "rss_bytes" in smp.values:
+            peak[smp.worker] = max(peak.get(smp.worker, 0.0), smp.values["rss_bytes"])
+    for wid, v in sampled.items():
+        if math.isfinite(v) and v > 0 and peak.get(wid, 0.0) >= v / 2:
+            limits.setdefault(float(v), set()).add(wid)
+    out = []
+    for v, who in sorted(limits.items()):
+        whom = short_worker(next(iter(who))) if len(who) == 1 else f"{len(who)} workers"
+        out.append((v, f"cgroup limit {fmt_bytes(v)} ({whom})"))
+    return out

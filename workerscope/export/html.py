@@ -27,9 +27,9 @@ from typing import Any
 from ..protocol import Status
 from ..timeline import Span, Timeline
 from .attribution import DIED, Attribution, attribute, function_table, workers_table
-from .deaths import JOB_DIED, by_worker, deaths, figures, headline, is_cut_short
+from .deaths import JOB_DIED, by_worker, deaths, figures, headline, is_cut_short, memory_limits
 from .plotspec import PLOTS, plot_series
-from .units import BYTE_UNITS, fmt_bytes, fmt_seconds, short_worker
+from .units import BYTE_UNITS, fmt_bytes, fmt_seconds
 
 MAX_SPANS = 500_000  # spans embedded one by one; the shortest beyond this are binned
 SPAN_BINS = 4_000  # time bins per lane for the spans beyond MAX_SPANS
@@ -188,7 +188,7 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
                     _num((d.job.death or {}).get("last_tree_rss_bytes"))]
                    for d in deaths(t) if d.worker in widx]
 
-    plots, plot_notes = _plots(t, origin, order, died_in)
+    plots, plot_notes = _plots(t, origin, order)
     notices.extend(plot_notes)
     span_us = max(_us(end, origin), 1)
     pad = span_us * 0.01
@@ -304,35 +304,7 @@ def _span_bins(binned: list[tuple[Span, int]], origin: int, end: int,
     return out
 
 
-def _memory_limits(t: Timeline, died_in: dict[str, Any]) -> list[list[Any]]:
-    """[bytes, label] of each distinct cgroup memory limit worth a line on the memory plot:
-    those of the jobs a worker died in, and a limit the worker's tree came within half of
-    (a far-off limit would flatten the plot and say nothing)."""
-    limits: dict[float, set[str]] = {}
-    for wid, d in died_in.items():
-        v = (d.job.death or {}).get("cgroup_limit_bytes")
-        if isinstance(v, (int, float)) and v > 0:
-            limits.setdefault(float(v), set()).add(wid)
-    sampled: dict[str, float] = {}
-    peak: dict[str, float] = {}
-    for smp in t.samples:
-        if smp.scope == "host" and "cgroup_mem_limit_bytes" in smp.values:
-            sampled[smp.worker] = smp.values["cgroup_mem_limit_bytes"]
-        elif smp.scope == "tree" and "rss_bytes" in smp.values:
-            peak[smp.worker] = max(peak.get(smp.worker, 0.0), smp.values["rss_bytes"])
-    for wid, v in sampled.items():
-        if math.isfinite(v) and v > 0 and peak.get(wid, 0.0) >= v / 2:
-            limits.setdefault(float(v), set()).add(wid)
-    out = []
-    for v, who in sorted(limits.items()):
-        whom = short_worker(next(iter(who))) if len(who) == 1 else f"{len(who)} workers"
-        # Exact: the line is drawn where the limit is, not 4 digits near it.
-        out.append([int(v) if v.is_integer() else v, f"cgroup limit {fmt_bytes(v)} ({whom})"])
-    return out
-
-
-def _plots(t: Timeline, origin: int, order: list[str], died_in: dict[str, Any]
-           ) -> tuple[list[dict[str, Any]], list[str]]:
+def _plots(t: Timeline, origin: int, order: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
     plots, notes = [], []
     for spec in PLOTS:
         series, total, kept = [], 0, 0
@@ -353,7 +325,9 @@ def _plots(t: Timeline, origin: int, order: list[str], died_in: dict[str, Any]
             notes.append(f"{spec.title}: {note}.")
         what = f"{spec.scope}{'<i>' if spec.scope == 'gpu' else ''}.{'+'.join(spec.metrics)}"
         empty = f"no data: no {what} samples" + (" (a rate needs two)" if spec.rate else "")
-        limits = _memory_limits(t, died_in) if spec.id == "plot-mem" else []
+        # Exact: the line is drawn where the limit is, not 4 digits near it.
+        limits = [[int(v) if v.is_integer() else v, label]
+                  for v, label in memory_limits(t)] if spec.id == "plot-mem" else []
         plots.append({"id": spec.id, "title": spec.title, "unit": spec.unit, "series": series,
                       "note": note, "empty": empty, "limits": limits})
     return plots, notes

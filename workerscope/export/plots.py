@@ -6,14 +6,102 @@ Needs matplotlib (`pip install 'workerscope[plots]'`), imported only here and on
 from __future__ import annotations
 
 import os
-import zlib
 from typing import Any
 
 from ..errors import WorkerscopeError
-from ..timeline import Timeline
+from ..timeline import Span, Timeline
 from .attribution import DIED
+from .deaths import by_worker, deaths, headline, is_cut_short, memory_limits
 from .plotspec import PLOTS, plot_series
 from .units import binary_scale, short_worker
+
+# Red marks errors and deaths only (report.js's RED): no function is ever filled with it.
+ERROR_COLOR = "#d00000"
+# One colour per function, the busiest first: tab10 without its red, then tab20's light tints
+# without the light red. Functions past these share OTHER_COLOR (and the legend says so).
+PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink",
+           "tab:gray", "tab:olive", "tab:cyan", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5",
+           "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
+OTHER_COLOR = "#e2e4e8"
+JOB_COLOR = "#dfe6f0"
+MAX_LABELS = 80  # span names written on their bars, the widest first
+LANE_H = 0.18  # height of one depth lane, in worker rows
+
+
+def _colors(t: Timeline) -> dict[str, str]:
+    """Function name -> its colour: the names with the most total time get the palette."""
+    total: dict[str, int] = {}
+    for s in t.spans:
+        if s.kind != "job":
+            total[s.name] = total.get(s.name, 0) + s.duration_ns
+    ranked = sorted(total, key=lambda n: (-total[n], n))
+    return {n: PALETTE[i] if i < len(PALETTE) else OTHER_COLOR for i, n in enumerate(ranked)}
+
+
+def _ink(background: str) -> str:
+    """Black or white text, whichever reads on `background`."""
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(background)
+    return "#15181e" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+
+def _gantt(ax: Any, t: Timeline, workers: list[str], origin: int) -> None:
+    """Spans per worker, a lane per depth: jobs pale, each function its colour, a failed span
+    outlined in red, a span cut short by a death hatched; names on the wider bars; a legend."""
+    from matplotlib.patches import Patch
+
+    colors = _colors(t)
+    x_span = max(((t.end_ns or 0) - origin) / 1e9, 1e-9)
+    labels: list[tuple[float, float, float, str, str]] = []  # (width, x, y, name, colour)
+    for row, wid in enumerate(workers):
+        depth_of: dict[int, int] = {}
+        # One broken_barh per (lane, look): a million spans are a few collections, not a
+        # million artists.
+        lanes: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
+        spans: list[Span] = sorted((s for s in t.spans if s.worker == wid),
+                                   key=lambda s: (s.start_ns, -s.end_ns))
+        for s in spans:
+            depth = depth_of.get(s.parent, -1) + 1 if s.parent is not None else 0
+            depth_of[s.id] = depth
+            color = JOB_COLOR if s.kind == "job" else colors[s.name]
+            x, w = (s.start_ns - origin) / 1e9, s.duration_ns / 1e9
+            lanes.setdefault((depth, color, s.error is not None, is_cut_short(s)), []).append(
+                (x, w))
+            labels.append((w, x, row + depth * LANE_H, s.name, color))
+        for (depth, color, failed, cut), bars in lanes.items():
+            ax.broken_barh(bars, (row + depth * LANE_H - LANE_H / 2, LANE_H), facecolors=color,
+                           edgecolor=ERROR_COLOR if failed else ("#3a3f4b" if cut else "none"),
+                           linewidth=1.2 if failed else 0.4, hatch="////" if cut else None)
+    for w, x, y, name, color in sorted(labels, reverse=True)[:MAX_LABELS]:
+        room = int(w / x_span * 170)  # characters that fit: ~170 across the axis at 7 pt
+        if room < 3:
+            break
+        text = name if len(name) <= room else name[:room - 1] + "…"
+        ax.text(x + x_span * 0.002, y, text, fontsize=7, va="center", ha="left", clip_on=True,
+                color=_ink(color))
+    died = by_worker(t)
+    for row, wid in enumerate(workers):
+        if wid in died:
+            d = died[wid]
+            ax.text((d.t_ns - origin) / 1e9, row - LANE_H, "✗ " + headline(d.cause),
+                    color=ERROR_COLOR, va="center", ha="left", fontsize=8, fontweight="bold")
+        elif t.workers[wid].status in DIED:
+            ax.text(0, row, "✗ " + t.workers[wid].status, color=ERROR_COLOR, va="center")
+    handles = [Patch(facecolor=c, label=n) for n, c in colors.items() if c != OTHER_COLOR]
+    if OTHER_COLOR in colors.values():
+        handles.append(Patch(facecolor=OTHER_COLOR, label="other functions"))
+    if any(s.kind == "job" for s in t.spans):
+        handles.append(Patch(facecolor=JOB_COLOR, label="job"))
+    if any(s.error is not None for s in t.spans):
+        handles.append(Patch(facecolor="white", edgecolor=ERROR_COLOR, linewidth=1.2,
+                             label="failed"))
+    if any(is_cut_short(s) for s in t.spans):
+        handles.append(Patch(facecolor="white", edgecolor="#3a3f4b", hatch="////",
+                             label="cut short by a death"))
+    if handles:
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=7,
+                  frameon=False, title="spans", title_fontsize=8)
 
 
 def figure(t: Timeline) -> Any:
@@ -32,23 +120,8 @@ def figure(t: Timeline) -> Any:
     axes = fig.subplots(7, 1, sharex=True,
                         gridspec_kw={"height_ratios": [max(2, len(workers) * 0.6)] + [1] * 6})
     gantt = axes[0]
-    for row, wid in enumerate(workers):
-        depth_of: dict[int, int] = {}
-        # One broken_barh per (lane, colour): a million spans are a few collections, not a
-        # million artists.
-        lanes: dict[tuple[int, str], list[tuple[float, float]]] = {}
-        for s in sorted((s for s in t.spans if s.worker == wid), key=lambda s: s.start_ns):
-            depth = depth_of.get(s.parent, -1) + 1 if s.parent is not None else 0
-            depth_of[s.id] = depth
-            color = "tab:red" if s.error else f"C{zlib.crc32(s.name.encode()) % 10}"
-            lanes.setdefault((depth, color), []).append(
-                ((s.start_ns - origin) / 1e9, (s.end_ns - s.start_ns) / 1e9))
-        for (depth, color), bars in lanes.items():
-            gantt.broken_barh(bars, (row + depth * 0.18 - 0.09, 0.18), facecolors=color,
-                              edgecolor="none")
-        if t.workers[wid].status in DIED:
-            gantt.text(0, row, "✗ " + t.workers[wid].status, color="tab:red", va="center")
-    gantt.set_ylim(-0.5, max(len(workers), 1) - 0.5 + 0.18 * 4)
+    _gantt(gantt, t, workers, origin)
+    gantt.set_ylim(-0.5, max(len(workers), 1) - 0.5 + LANE_H * 4)
     gantt.set_yticks(range(len(workers)))
     gantt.set_yticklabels([short_worker(w) for w in workers], fontsize=8)
     gantt.invert_yaxis()
@@ -58,15 +131,25 @@ def figure(t: Timeline) -> Any:
     for ax, spec in zip(axes[1:], PLOTS, strict=True):
         lines = plot_series(t, spec, order)
         scale = binary_scale(spec.axis)
+        ax.set_prop_cycle(color=PALETTE)  # matplotlib's own cycle has red fourth
         for line in lines:
             ax.plot([(tn - origin) / 1e9 for tn, _ in line.points],
                     [v / scale for _, v in line.points],
                     label=short_worker(line.label) if line.worker else line.label, linewidth=1)
-        if not lines:
+        if lines:  # as in the HTML report: deaths on every plot, cgroup limits on memory
+            for d in deaths(t):
+                ax.axvline((d.t_ns - origin) / 1e9, color=ERROR_COLOR, linestyle=":",
+                           linewidth=1)
+            if spec.id == "plot-mem":
+                for v, label in memory_limits(t):
+                    ax.axhline(v / scale, color=ERROR_COLOR, linestyle="--", linewidth=1)
+                    ax.text(1.0, v / scale, label + " ", transform=ax.get_yaxis_transform(),
+                            color=ERROR_COLOR, fontsize=7, ha="right", va="bottom")
+            if len(lines) <= 8:
+                ax.legend(fontsize=7, loc="upper right")
+        else:
             ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center",
                     color="grey")
-        elif len(lines) <= 8:
-            ax.legend(fontsize=7, loc="upper right")
         ax.set_title(spec.title, fontsize=9)
         ax.set_ylabel(spec.axis, fontsize=8)
     axes[-1].set_xlabel("seconds since start")
