@@ -117,3 +117,26 @@ def test_functions_table_shows_growth_and_says_what_its_columns_mean():
     assert "0 B" in nap and "270 MiB" in nap, nap
     assert "250 MiB" in hog, hog
     assert "grew: " in text and "rss: " in text
+
+
+def test_report_fits_the_width_it_is_given():
+    """Every line of the report fits 80 columns (and 60, and 100), long function names, long
+    error texts, notes and deaths included; at 100 columns nothing needed is left out, and the
+    columns a narrow table drops are the ones the others imply (issue 14, item 8)."""
+    from test_deaths import death_timeline
+
+    from workerscope.export.terminal import functions_table
+
+    t = death_timeline()
+    t.spans.append(Span("h4:400:401", 1, 9, 1, "package.module.Class.a_rather_long_method_name",
+                        t.spans[0].start_ns, t.spans[0].start_ns + S, 400, 400))
+    t.workers["h4:400:401"].notes.append("gpu: NVML found no NVIDIA device; " * 4)
+    for width in (60, 80, 100):
+        text = report(t, width=width)
+        too_wide = [line for line in text.splitlines() if len(line) > width]
+        assert not too_wide, (width, too_wide)
+    wide = functions_table(t, width=200).splitlines()[0].split()
+    narrow = functions_table(t, width=80).splitlines()[0].split()
+    assert {"total", "p50", "max", "cpu", "grew", "errors", "cut"} <= set(narrow), narrow
+    assert "mean" in wide and "mean" not in narrow
+    assert any("…" in line for line in functions_table(t, width=80).splitlines())
