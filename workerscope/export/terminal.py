@@ -7,6 +7,7 @@ the terminal's); colour only when asked (the CLI asks only on a TTY).
 from __future__ import annotations
 
 import bisect
+import re
 import textwrap
 from typing import Any
 
@@ -18,6 +19,7 @@ from .deaths import by_worker, deaths, figures, is_cut_short
 from .units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
 
 LEVELS = " ▁▂▃▄▅▆▇█"
+_VALUE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|ns|µs|ms|s)\b")
 RED, DIM, RESET = "\x1b[31m", "\x1b[2m", "\x1b[0m"
 
 
@@ -95,29 +97,60 @@ def gantt(t: Timeline, width: int = 80, color: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
+MIN_CLIPPED = 12  # a clipped column keeps at least this many characters
+
+
+def _clip(text: str, room: int) -> str:
+    return text if len(text) <= room else text[:max(room - 1, 0)] + "…"
+
+
+def _table(headers: list[str], rows: list[list[str]], right: set[int], width: int | None = None,
+           drop: tuple[int, ...] = (), clip: tuple[int, ...] = (),
+           last: tuple[int, ...] = ()) -> str:
+    """Columns two spaces apart, `right` ones right-aligned. Within `width`: the columns in
+    `drop` are left out in that order while the table is too wide, then the cells of the
+    columns in `clip` are cut short (with "…"), each to no less than MIN_CLIPPED, and as a
+    last resort the columns in `last` are left out too."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(headers)]
+    keep = list(range(len(headers)))
+
+    def total() -> int:
+        return sum(widths[i] for i in keep) + 2 * (len(keep) - 1)
+
+    if width is not None:
+        for i in drop:
+            if total() <= width:
+                break
+            keep.remove(i)
+        for i in clip:
+            if total() > width:
+                widths[i] = max(widths[i] - (total() - width), MIN_CLIPPED, len(headers[i]))
+        for i in last:
+            if total() <= width:
+                break
+            keep.remove(i)
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.rjust(widths[i]) if i in right else c.ljust(widths[i])
-                         for i, c in enumerate(cells)).rstrip()
+        return "  ".join(_clip(cells[i], widths[i]).rjust(widths[i]) if i in right
+                         else _clip(cells[i], widths[i]).ljust(widths[i]) for i in keep).rstrip()
 
     out = [line(headers), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
     return "\n".join(out) + "\n"
 
 
-def jobs_table(t: Timeline) -> str:
+def jobs_table(t: Timeline, width: int | None = None) -> str:
     """One row per job; `died` names what its worker died of inside it (oom, SIGKILL,
-    exit 3)."""
+    exit 3). Within `width`, long errors are cut short (the deaths section has them whole)."""
     rows = []
     causes = {(d.worker, d.job.id, d.job.start_ns): d.cause for d in deaths(t)}
     for j in sorted(t.jobs, key=lambda j: (j.worker, j.start_ns)):
         dur = None if j.end_ns is None else (j.end_ns - j.start_ns) / 1e9
         rows.append([short_worker(j.worker), str(j.id), j.name, j.status, fmt_seconds(dur),
                      causes.get((j.worker, j.id, j.start_ns), ""), j.error or ""])
-    return _table(["worker", "job", "name", "status", "wall", "died", "error"], rows, {1, 4})
+    return _table(["worker", "job", "name", "status", "wall", "died", "error"], rows, {1, 4},
+                  width, clip=(6, 2, 0))
 
 
 # What the function table's memory columns mean (attribution.function_table).
@@ -140,20 +173,25 @@ def functions_table(t: Timeline, attribution: Attribution | None = None,
                      str(r["errors"]), *([str(r["cut_short"])] if cut else [])])
     headers = ["function", "calls", "total", "mean", "p50", "p95", "max", "self", "cpu",
                "grew", "proc rss", "errors", *(["cut"] if cut else [])]
-    text = _table(headers, rows, set(range(1, len(headers))))
+    # Too wide: first the statistics the others imply (mean beside p50, p95 beside max),
+    # then self time, then long names are cut short; on a very narrow terminal, more go.
+    text = _table(headers, rows, set(range(1, len(headers))), width, drop=(3, 5, 7),
+                  clip=(0,), last=(6, 10, 4, 8))
     if any(r["peak_rss_bytes"] is not None for r in table):
-        text += "\n".join(_wrap(MEMORY_KEY, width, indent="")) + "\n"
+        head = text.split("\n", 1)[0]
+        shown = [k for k in MEMORY_KEY if k.split(":")[0] in head]  # a narrow table drops some
+        text += "\n".join(_wrap(shown, width, indent="")) + "\n" if shown else ""
     return text
 
 
-def workers_text(t: Timeline) -> str:
+def workers_text(t: Timeline, width: int | None = None) -> str:
     rows = []
     for r in workers_table(t):
         rows.append([short_worker(r["worker"]), r["status"], r["died"], str(r["jobs"]),
                      str(r["failed_jobs"]), fmt_seconds(r["busy_s"]), str(r["lost"]),
                      "straggler" if r["straggler"] else ""])
     return _table(["worker", "status", "died", "jobs", "failed", "busy", "lost", ""], rows,
-                  {3, 4, 5, 6})
+                  {3, 4, 5, 6}, width, clip=(0,))
 
 
 def _key(t: Timeline) -> str:
@@ -195,8 +233,11 @@ def _wrap(phrases: list[str], width: int, indent: str = "    ") -> list[str]:
         if len(indent) + len(p) <= width:
             line = indent + p
         else:
-            *full, line = textwrap.wrap(p, width, initial_indent=indent,
-                                        subsequent_indent=indent, break_on_hyphens=False)
+            # A number keeps its unit: textwrap breaks only at ASCII whitespace.
+            kept = _VALUE.sub("\\1\xa0\\2", p)
+            *full, line = (x.replace("\xa0", " ") for x in textwrap.wrap(
+                kept, width, initial_indent=indent, subsequent_indent=indent,
+                break_on_hyphens=False))
             lines.extend(full)
     if line:
         lines.append(line)
@@ -206,15 +247,16 @@ def _wrap(phrases: list[str], width: int, indent: str = "    ") -> list[str]:
 def report(t: Timeline, width: int = 80, color: bool = False) -> str:
     """Everything: the Gantt and its key, workers, jobs, deaths and functions, and notes."""
     key = _key(t)
-    parts = [gantt(t, width, color) + (f"{key}\n" if key else ""), workers_text(t),
-             jobs_table(t)]
+    parts = [gantt(t, width, color) + ("\n".join(_wrap([key], width, "")) + "\n" if key else ""),
+             workers_text(t, width), jobs_table(t, width)]
     died = deaths_text(t, width)
     if died:
         parts.append(died)
     parts.append(functions_table(t, width=width))
-    notes = [f"{short_worker(w.id)}: {n}" for w in t.workers.values() for n in w.notes]
+    notes = [line for w in t.workers.values() for n in w.notes
+             for line in _wrap([f"{short_worker(w.id)}: {n}"], width, "  ")]
     if notes:
-        parts.append("notes:\n" + "".join(f"  {n}\n" for n in notes))
+        parts.append("notes:\n" + "".join(f"{n}\n" for n in notes))
     return "\n".join(parts)
 
 
