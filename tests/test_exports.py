@@ -117,16 +117,18 @@ def test_chrome_trace_is_valid_and_carries_attribution(real_timeline):
 
 
 def test_png_figure(real_timeline, tmp_path):
-    """The PNG holds the Gantt and six plots (7 axes), each with data or a 'no data' note."""
+    """The PNG holds the Gantt and every plot, each with data or a 'no data' note."""
     pytest.importorskip("matplotlib")
     from workerscope.export.plots import figure, save_png
 
     fig = figure(real_timeline)
     axes = fig.get_axes()
-    assert len(axes) == 7
+    assert len(axes) == 1 + len(PLOTS)
     assert axes[0].collections, "the Gantt has bars"
-    assert axes[1].lines and axes[2].lines, "CPU and memory are plotted"
-    for ax in axes[5:]:  # GPU plots: drawn, or saying there is no data (no GPU here)
+    by_title = {ax.get_title(): ax for ax in axes[1:]}
+    assert by_title["CPU (tree)"].lines and by_title["RSS (tree)"].lines, "CPU and memory"
+    for title in ("GPU util", "GPU memory"):  # drawn, or saying there is no data (no GPU here)
+        ax = by_title[title]
         assert ax.lines or any(txt.get_text() == "no data" for txt in ax.texts)
     path = save_png(real_timeline, tmp_path / "t.png")
     with open(path, "rb") as f:
@@ -218,3 +220,54 @@ def test_png_gantt_has_labels_a_legend_and_colours_apart_from_errors():
     assert to_rgba(ERROR_COLOR) in {to_rgba(h.get_edgecolor()) for h in legend.legend_handles}
     labels = {x.get_text() for x in gantt.texts}
     assert {f"f{k}" for k in range(10)} <= labels, labels
+
+
+def process_tree() -> Timeline:
+    """Worker h:10 runs a tree of eight processes (python 10 and children 11-17: RSS
+    (pid - 9) x 10 MiB, CPU 100 % for 10, 10 % for the rest) and worker g:20 one (python
+    20, 200 MiB, 5 %), sampled every 0.5 s for 3 s; child 17 exits after 1 s."""
+    s = 1_000_000_000
+    t = Timeline(workers={w: Worker(w, host=w.split(":")[0], pid=p)
+                          for w, p in (("h:10:1", 10), ("g:20:2", 20))})
+    names = {10: "python", 11: "loader", 12: "loader", 13: "stress", 14: "gzip", 15: "sort",
+             16: "sh", 17: "cat", 20: "python"}
+    t.processes = {("g:20:2" if p == 20 else "h:10:1", p): n for p, n in names.items()}
+    for k in range(7):
+        ts = k * s // 2
+        for pid in names:
+            if pid == 17 and ts > s:
+                continue
+            w = "g:20:2" if pid == 20 else "h:10:1"
+            rss = 200 * MB if pid == 20 else (pid - 9) * 10 * MB
+            cpu = 100.0 if pid == 10 else 5.0 if pid == 20 else 10.0
+            t.samples.append(Sample(w, ts, "proc", pid, {"rss_bytes": float(rss),
+                                                          "cpu_percent": cpu}))
+    t.sort()
+    return t
+
+
+def test_per_process_breakdown_shows_the_top_processes_and_sums_the_rest():
+    """The per-process plots draw the five processes with the highest peak RSS (or the most
+    CPU), named and with their worker, and one line summing the others (issue 14, item 8)."""
+    t = process_tree()
+    spec = {p.id: p for p in PLOTS}
+    mem = plot_series(t, spec["plot-proc-mem"], sorted(t.workers))
+    assert [x.label for x in mem] == ["python 20 (g:20)", "cat 17 (h:10)", "sh 16 (h:10)",
+                                      "sort 15 (h:10)", "gzip 14 (h:10)",
+                                      "others (4 processes)"]
+    others = dict(mem[-1].points)
+    assert others[0] == 10 * MB * (1 + 2 + 3 + 4)  # python 10 and loaders 11, 12, stress 13
+    cpu = plot_series(t, spec["plot-proc-cpu"], sorted(t.workers))
+    assert cpu[0].label == "python 10 (h:10)" and cpu[-1].label.startswith("others (")
+    assert mem[-1].color != mem[0].color
+
+
+def test_png_has_the_per_process_breakdown():
+    """The PNG draws the per-process plots with a labelled line per process."""
+    pytest.importorskip("matplotlib")
+    from workerscope.export.plots import figure
+
+    by_title = {ax.get_title(): ax for ax in figure(process_tree()).get_axes()[1:]}
+    mem = next(ax for title, ax in by_title.items() if title.startswith("RSS by process"))
+    assert [ln.get_label() for ln in mem.lines][-1] == "others (4 processes)"
+    assert len(mem.lines) == 6

@@ -335,3 +335,16 @@ def test_function_table_shows_growth_beside_the_rss_a_call_ran_in():
     grown = heads.index("memory grown")
     assert cells["nap"][grown] == "0 B" and cells["hog"][grown] == "250 MiB"
     assert cells["nap"][heads.index("process RSS during")] == "270 MiB"
+
+
+@pytest.mark.browser
+def test_per_process_breakdown_is_drawn(tmp_path):
+    """The report draws the per-process plots: the top processes by name and pid, and the
+    others summed (issue 14, item 8)."""
+    from test_exports import process_tree
+
+    page, dom = render(process_tree(), tmp_path)
+    for cid in ("plot-proc-mem", "plot-proc-cpu"):
+        n, ink = drawn(dom, cid)
+        assert n > 0 and ink > 0, cid
+    assert "others (4 processes)" in page and "cat 17 (g:20)" not in page
