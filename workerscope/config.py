@@ -32,6 +32,10 @@ class Config:
     samples_per_frame: int = 1
     # Frames a sidecar queues for a slow or absent driver before it drops (and counts) them.
     send_queue: int = 10_000
+    # Reset the kernel's RSS high-water mark (VmHWM, clear_refs 5) at each job's start, so a
+    # warm worker reports each job's own peak. It resets ru_maxrss and `/usr/bin/time -v` for
+    # the process too; the lifetime peak read just before is kept in the stats. See METRICS.md.
+    reset_peak: bool = True
 
 
 _ENV = {
@@ -44,6 +48,7 @@ _ENV = {
     "flush_interval": "WORKERSCOPE_FLUSH_INTERVAL",
     "samples_per_frame": "WORKERSCOPE_SAMPLES_PER_FRAME",
     "send_queue": "WORKERSCOPE_SEND_QUEUE",
+    "reset_peak": "WORKERSCOPE_RESET_PEAK",
 }
 
 
@@ -57,6 +62,17 @@ def _as_float(name: str, raw: object) -> float:
         return float(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from err
+
+
+def _as_bool(name: str, raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false (1/0, yes/no, on/off), got {raw!r}")
 
 
 def resolve(environ: Mapping[str, str] | None = None, /, **given: object) -> Config:
@@ -106,6 +122,8 @@ def _build(values: dict[str, object]) -> Config:
             if not 1 <= n <= top:
                 raise ConfigError(f"{key} must be between 1 and {top}, got {n}")
             values[key] = n
+    if "reset_peak" in values:
+        values["reset_peak"] = _as_bool("reset_peak", values["reset_peak"])
     for key in ("endpoint", "out", "node"):
         if key in values:
             values[key] = str(values[key])

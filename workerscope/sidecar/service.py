@@ -218,7 +218,8 @@ class Sidecar:
         if first:
             # Per-job peaks in a warm worker: the kernel's high-water marks restart now.
             self.tree.discover()
-            self.tree.reset_peaks()
+            if self.config.reset_peak:
+                self.tree.reset_peaks()
             self.watch.job_started()
         self.jobs[job.job] = job
         self.emit(protocol.JOB_START, {

@@ -173,9 +173,9 @@ class monitor:
 
     def __init__(self, interval: float | None = None, endpoint: str | None = None,
                  out: str | None = None, node: str | None = None, name: str = "monitor",
-                 samples_per_frame: int | None = None) -> None:
+                 samples_per_frame: int | None = None, reset_peak: bool | None = None) -> None:
         self.config = resolve(interval=interval, endpoint=endpoint, out=out, node=node,
-                              samples_per_frame=samples_per_frame)
+                              samples_per_frame=samples_per_frame, reset_peak=reset_peak)
         check_out(self.config.out, folder=True)  # before the block runs, not after it
         self.name = name
         self.timeline: Timeline | None = None
@@ -198,11 +198,11 @@ class _Profiled:
     def __init__(self, fn: Callable[..., Any], mode: str | None = None,
                  interval: float | None = None, endpoint: str | None = None,
                  out: str | None = None, node: str | None = None,
-                 samples_per_frame: int | None = None) -> None:
+                 samples_per_frame: int | None = None, reset_peak: bool | None = None) -> None:
         self.fn = fn
         self.options: dict[str, object] = {
             "mode": mode, "interval": interval, "endpoint": endpoint, "out": out, "node": node,
-            "samples_per_frame": samples_per_frame}
+            "samples_per_frame": samples_per_frame, "reset_peak": reset_peak}
         # A bad option fails here, in the driver, not in every worker. The out folder is not
         # checked: it is the workers' machine's, which may not be this one.
         check_out(resolve(**self.options).out, folder=False)

@@ -174,14 +174,27 @@ def _close_senders() -> None:
 
 
 def _forget_after_fork() -> None:
-    # The parent's sockets and zmq context must not be used in a forked child.
-    global _lock
+    # The parent's sockets and zmq context must not be used in a forked child, and its peak
+    # is not the child's.
+    global _lock, _lifetime_peak
+    _lifetime_peak = 0
     _senders.clear()
     _lock = threading.Lock()
 
 
 atexit.register(_close_senders)
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+# The highest VmHWM this process had before any reset of ours: its lifetime peak.
+_lifetime_peak = 0
+
+
+def _hwm() -> int:
+    try:
+        return procfs.read_status("self", {b"VmHWM": "peak"}).get("peak", 0)
+    except OSError:
+        return 0
 
 
 class LightJob:
@@ -199,11 +212,17 @@ class LightJob:
             self.sender.send(protocol.JOB_START, {
                 "job": self.job, "name": self.name, "t": time.monotonic_ns(),
                 "pid": os.getpid(), "tid": threading.get_native_id()})
-        self.peak_reset = procfs.reset_peak("self")
+        global _lifetime_peak
+        # The process's peak so far, before a reset hides it from every tool (ru_maxrss too).
+        _lifetime_peak = max(_lifetime_peak, _hwm())
+        self.peak_reset = self.config.reset_peak and procfs.reset_peak("self")
         self.reading = Reading()
 
     def end(self, exc: BaseException | None) -> None:
         self.stats = stats(self.reading, Reading(), self.peak_reset)
+        lifetime = max(_lifetime_peak, _hwm())
+        if lifetime:
+            self.stats["lifetime_peak_rss_bytes"] = lifetime
         if self.sender is not None:
             self.sender.send(protocol.JOB_END, {
                 "job": self.job, "t": time.monotonic_ns(),
