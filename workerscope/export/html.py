@@ -1,4 +1,4 @@
-"""The self-contained HTML report: a per-worker Gantt, six resource plots on the Gantt's time axis,
+"""The self-contained HTML report: a per-worker Gantt, the resource plots on the Gantt's time axis,
 the per-function and workers tables. One file, inline CSS and JS, nothing fetched: it opens from
 disk, offline.
 

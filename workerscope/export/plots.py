@@ -1,4 +1,5 @@
-"""PNG plots: the six resource plots and the Gantt on one time axis, in one figure.
+"""PNG plots: the resource plots (trees, their processes, host, GPUs) and the Gantt on one time
+axis, in one figure.
 
 Needs matplotlib (`pip install 'workerscope[plots]'`), imported only here and only when called.
 """
@@ -11,6 +12,7 @@ from typing import Any
 from ..errors import WorkerscopeError
 from ..timeline import Span, Timeline
 from .attribution import DIED
+from .breakdown import OTHERS
 from .deaths import by_worker, deaths, headline, is_cut_short, memory_limits
 from .plotspec import PLOTS, plot_series
 from .units import binary_scale, short_worker
@@ -23,6 +25,7 @@ PALETTE = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "ta
            "tab:gray", "tab:olive", "tab:cyan", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5",
            "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
 OTHER_COLOR = "#e2e4e8"
+OTHERS_COLOR = "#8a94a6"  # the line summing the processes a breakdown does not draw
 JOB_COLOR = "#dfe6f0"
 MAX_LABELS = 80  # span names written on their bars, the widest first
 LANE_H = 0.18  # height of one depth lane, in worker rows
@@ -105,7 +108,7 @@ def _gantt(ax: Any, t: Timeline, workers: list[str], origin: int) -> None:
 
 
 def figure(t: Timeline) -> Any:
-    """A matplotlib Figure: the Gantt on top, the six plots under it, x shared."""
+    """A matplotlib Figure: the Gantt on top, the plots (plotspec.PLOTS) under it, x shared."""
     try:
         # A Figure with its own Agg canvas: no pyplot, so the user's backend is left alone.
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -115,10 +118,10 @@ def figure(t: Timeline) -> Any:
             "PNG plots need matplotlib: pip install 'workerscope[plots]'") from err
     origin = t.start_ns or 0
     workers = sorted(t.workers)
-    fig = Figure(figsize=(12, 3 + 2.2 * 7))
+    fig = Figure(figsize=(12, 3 + 2.2 * (1 + len(PLOTS))))
     FigureCanvasAgg(fig)
-    axes = fig.subplots(7, 1, sharex=True,
-                        gridspec_kw={"height_ratios": [max(2, len(workers) * 0.6)] + [1] * 6})
+    axes = fig.subplots(1 + len(PLOTS), 1, sharex=True, gridspec_kw={
+        "height_ratios": [max(2, len(workers) * 0.6)] + [1] * len(PLOTS)})
     gantt = axes[0]
     _gantt(gantt, t, workers, origin)
     gantt.set_ylim(-0.5, max(len(workers), 1) - 0.5 + LANE_H * 4)
@@ -135,7 +138,9 @@ def figure(t: Timeline) -> Any:
         for line in lines:
             ax.plot([(tn - origin) / 1e9 for tn, _ in line.points],
                     [v / scale for _, v in line.points],
-                    label=short_worker(line.label) if line.worker else line.label, linewidth=1)
+                    label=short_worker(line.label) if line.worker else line.label, linewidth=1,
+                    **({"color": OTHERS_COLOR, "linestyle": "--"} if line.color == OTHERS
+                       else {}))
         if lines:  # as in the HTML report: deaths on every plot, cgroup limits on memory
             for d in deaths(t):
                 ax.axvline((d.t_ns - origin) / 1e9, color=ERROR_COLOR, linestyle=":",

@@ -1,4 +1,4 @@
-"""The six resource plots, specified once: the HTML report draws them on canvas, plots.py as a
+"""The resource plots, specified once: the HTML report draws them on canvas, plots.py as a
 PNG. Both take their series from plot_series, so a plot shows the same lines in either view.
 """
 
@@ -9,6 +9,7 @@ from itertools import pairwise
 from typing import NamedTuple
 
 from ..timeline import Timeline
+from .breakdown import TOP, process_lines
 
 Points = list[tuple[int, float]]  # (t_ns, value), sorted by time
 
@@ -16,18 +17,24 @@ Points = list[tuple[int, float]]  # (t_ns, value), sorted by time
 class PlotSpec(NamedTuple):
     id: str  # the canvas id in the HTML report
     title: str
-    scope: str  # tree, host, or gpu (any gpu<i> device)
+    scope: str  # tree, host, gpu (any gpu<i> device), or proc: a per-process breakdown
     metrics: tuple[str, ...]  # summed; a sample missing one of them has no value
     rate: bool  # the metrics are cumulative counters: plot their rate per second
     per_device: bool  # a machine's counters (host, gpu<i>): one line per device, not per worker
     unit: str  # the value's own unit, as report.js formats it: "%", "B" or "B/s"
     axis: str  # the PNG's y-axis label; a binary byte unit there sets the scale (units.py)
+    # proc: the processes drawn one by one are those of highest "peak" or "area" (CPU time)
+    rank: str = ""
 
 
 PLOTS = (
     PlotSpec("plot-cpu", "CPU (tree)", "tree", ("cpu_percent",), False, False, "%",
              "% of a core"),
+    PlotSpec("plot-proc-cpu", f"CPU by process (top {TOP})", "proc",
+             ("cpu_percent",), False, False, "%", "% of a core", "area"),
     PlotSpec("plot-mem", "RSS (tree)", "tree", ("rss_bytes",), False, False, "B", "MiB"),
+    PlotSpec("plot-proc-mem", f"RSS by process (top {TOP})", "proc", ("rss_bytes",),
+             False, False, "B", "MiB", "peak"),
     PlotSpec("plot-io", "Disk IO (tree)", "tree", ("read_bytes", "write_bytes"), True, False,
              "B/s", "MiB/s"),
     PlotSpec("plot-net", "Network (host)", "host", ("net_sent_bytes", "net_recv_bytes"), True,
@@ -38,8 +45,10 @@ PLOTS = (
 
 
 class Series(NamedTuple):
-    label: str  # a worker id; for a machine's device "host" or "host gpu<i>"
-    color: int  # the worker's index in the order given; devices follow the workers
+    label: str  # a worker id; for a machine's device "host" or "host gpu<i>"; for a process
+    # "name pid", or "others (N processes)"
+    color: int  # the worker's index in the order given; devices follow the workers; for a
+    # process its rank, and breakdown.OTHERS (grey) for the others
     worker: bool  # True when label is a worker id (a view may shorten it)
     points: Points
 
@@ -71,7 +80,12 @@ def _is_scope(scope: str, wanted: str) -> bool:
 
 def plot_series(t: Timeline, spec: PlotSpec, order: list[str]) -> list[Series]:
     """The lines of one plot: one per worker in `order` with samples of spec.scope, or for a
-    machine's counters one per (host, device). Series without a single value are left out."""
+    machine's counters one per (host, device), or for a per-process breakdown one per top
+    process and one for the others (breakdown.py). Series without a single value are left
+    out."""
+    if spec.scope == "proc":
+        return [Series(label, color, False, pts)
+                for label, color, pts in process_lines(t, spec.metrics[0], spec.rank, order)]
     groups: dict[tuple[str, str], list[tuple[int, dict[str, float]]]] = {}
     for smp in t.samples:
         if _is_scope(smp.scope, spec.scope):

@@ -51,6 +51,7 @@ const jobColor = D.hues.map(h => "hsl(" + h + ",35%,83%)");
 const B = D.bins, NB = B.c.length;
 // Line colours spread round the wheel, skipping the reds that mean an error or a death.
 const seriesColor = c => {
+  if (c < 0) return "#8a94a6";  // "others": what a per-process breakdown sums
   let h = (210 + c * 137.508) % 360;
   if (h > 340 || h < 20) h = (h + 40) % 360;
   return "hsl(" + h.toFixed(1) + ",65%,42%)";
@@ -389,7 +390,7 @@ function drawPlot(p, counting) {
     g.fillText(fmtVal(v, unit), LEFT - 6, Math.min(Math.max(y1 - v * ky, y0 + 5), y1 - 4));
   }
   g.textAlign = "left"; g.font = "bold 12px system-ui,sans-serif"; g.fillStyle = "#1d2330";
-  g.fillText(p.spec.title, 5, y0 + 6);
+  g.fillText(clip(p.spec.title, LEFT - 12, g), 5, y0 + 6);
   g.font = FONT;
   const rows = Math.floor((y1 - y0 - 18) / 13);
   const shown = p.series.length > rows ? rows - 1 : p.series.length;
