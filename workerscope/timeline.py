@@ -161,6 +161,14 @@ class Timeline:
             and (worker is None or s.worker == worker) and (pid is None or s.pid == pid)
         ]
 
+    # -- views that workerscope.export registers in VIEWS -------------------------------------
+    def _repr_html_(self) -> str:  # Jupyter shows a Timeline as its HTML report
+        return str(VIEWS["_repr_html_"](self))
+
+    def to_pandas(self) -> dict[str, Any]:
+        """{"spans", "samples", "jobs", "marks", "workers"}: pandas DataFrames (needs pandas)."""
+        return dict(VIEWS["to_pandas"](self))
+
     # -- files -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> str:
         """Write by extension: .wsc (native msgpack), .json (Chrome/Perfetto trace), .html
@@ -320,6 +328,8 @@ def _write_wsc(timeline: Timeline, path: str) -> str:
 Writer = Callable[[Timeline, str], str]
 # extension -> writer; workerscope.export.files adds the views' formats.
 _WRITERS: dict[str, Writer] = {".wsc": _write_wsc}
+# name -> view for Timeline's view methods; workerscope.export.files registers them.
+VIEWS: dict[str, Callable[[Timeline], Any]] = {}
 
 
 def check_output_path(path: str, folder: bool = True) -> str:

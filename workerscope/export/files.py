@@ -1,12 +1,14 @@
-"""Save a Timeline by extension. Each format is built by its own exporter (imported only when
-that format is asked for) and written through a temporary file and a rename."""
+"""Save a Timeline by extension, and its notebook views. Each format is built by its own exporter
+(imported only when that format is asked for) and written through a temporary file and a
+rename; Timeline._repr_html_ and Timeline.to_pandas are registered here the same way."""
 
 from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
-from ..timeline import Timeline, register_format, write_atomic
+from ..timeline import VIEWS, Timeline, register_format, write_atomic
 
 
 def _json(timeline: Timeline, path: str) -> str:
@@ -37,6 +39,22 @@ def _png(timeline: Timeline, path: str) -> str:
 
 for _ext, _writer in ((".json", _json), (".html", _html), (".csv", _csv), (".png", _png)):
     register_format(_ext, _writer)
+
+
+def _repr_html(timeline: Timeline) -> str:
+    from .notebook import inline_html
+
+    return inline_html(timeline)
+
+
+def _to_pandas(timeline: Timeline) -> dict[str, Any]:
+    from .frames import to_pandas
+
+    return to_pandas(timeline)
+
+
+# Timeline._repr_html_ (a notebook's inline view) and Timeline.to_pandas.
+VIEWS.update(_repr_html_=_repr_html, to_pandas=_to_pandas)
 
 
 def save(timeline: Timeline, path: str | os.PathLike[str]) -> str:

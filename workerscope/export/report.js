@@ -631,11 +631,17 @@ window.addEventListener("mousemove", ev => {
   redraw();
 });
 window.addEventListener("mouseup", () => { drag = null; });
+// Redrawn when the page's width changes: a window resized, or a frame (a notebook's iframe)
+// that got its width only after the report first drew.
 let resizing = 0;
-window.addEventListener("resize", () => {
+function relayout() {
   clearTimeout(resizing);
-  resizing = setTimeout(() => { layout(); drawAll(true); }, 100);
-});
+  resizing = setTimeout(() => {
+    if (Math.max(stack.clientWidth, 640) !== gantt.w) { layout(); drawAll(true); }
+  }, 100);
+}
+window.addEventListener("resize", relayout);
+if (window.ResizeObserver) new ResizeObserver(relayout).observe(stack);
 
 // For tests and scripts: where the k-th span named `name` (of a worker whose id starts with
 // `worker`, if given) is drawn on the Gantt now, in the canvas's CSS pixels; null if nowhere.
