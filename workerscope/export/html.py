@@ -1,6 +1,6 @@
 """The self-contained HTML report: a per-worker Gantt, the resource plots on the Gantt's time axis,
-the per-function and workers tables. One file, inline CSS and JS, nothing fetched: it opens from
-disk, offline.
+the workers, deaths and per-function tables (html_tables.py). One file, inline CSS and JS,
+nothing fetched: it opens from disk, offline.
 
 Spans go in as columnar JSON arrays (~25-50 bytes a span) drawn on <canvas>: inline SVG costs
 ~95 B and ~5 s of Chromium load per 100k spans (DESIGN.md, "HTML at scale"). Nothing is dropped
@@ -15,8 +15,6 @@ body[data-errors] and sets body[data-ready]="1" when drawn, so a headless browse
 from __future__ import annotations
 
 import bisect
-import datetime
-import html
 import json
 import math
 import zlib
@@ -28,15 +26,14 @@ from ..protocol import Status
 from ..timeline import Span, Timeline
 from .attribution import DIED, Attribution, attribute, function_table, workers_table
 from .deaths import JOB_DIED, by_worker, deaths, figures, headline, is_cut_short, memory_limits
+from .html_tables import clip, deaths_html, esc, functions_html, header, iso, us, workers_html
 from .plotspec import PLOTS, plot_series
-from .units import BYTE_UNITS, fmt_bytes, fmt_seconds
+from .units import BYTE_UNITS, fmt_seconds
 
 MAX_SPANS = 500_000  # spans embedded one by one; the shortest beyond this are binned
 SPAN_BINS = 4_000  # time bins per lane for the spans beyond MAX_SPANS
 MAX_POINTS = 4_000  # points per plotted series; denser series are min/max binned
 MAX_LANES = 24  # depth lanes per worker; deeper spans share the last lane (the page says so)
-MAX_ROWS = 300  # rows of the per-function table
-MAX_TEXT = 2_000  # characters of one span's attrs or error kept for the tooltip
 MAX_TRACEBACK = 1_500  # characters of a failed span's traceback (its end) kept for the tooltip
 
 # Attribution keys in tooltip order; any other key attribute() returns follows, sorted.
@@ -58,18 +55,18 @@ def to_html(timeline: Timeline, title: str = "workerscope report") -> str:
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
-        f"<title>{_esc(title)}</title><style>{_CSS}</style>",
+        f"<title>{esc(title)}</title><style>{_CSS}</style>",
         f"<script>{_JS_ERRORS}</script></head><body>",
-        _header(t, title, data, notices),
+        header(t, title, data, notices),
         "<section><h2>Workers over time</h2>",
         "<p class=\"hint\">Wheel over any chart: zoom all charts around the cursor. Drag: pan. "
         "Double-click: reset. Hover: details.</p>",
         "<div id=\"stack\"><canvas id=\"gantt\"></canvas>",
         *(f"<canvas id=\"{p['id']}\" class=\"plot\"></canvas>" for p in data["plots"]),
         "<div id=\"cursor\"></div></div><p id=\"gantt-note\" class=\"note\"></p></section>",
-        _workers_html(t, wtable, data),
-        _deaths_html(t, data),
-        _functions_html(ftable),
+        workers_html(t, wtable, data),
+        deaths_html(t, data),
+        functions_html(ftable),
         "<div id=\"tip\"></div>",
         f"<script type=\"application/json\" id=\"ws-data\">{blob}</script>",
         f"<script>{_JS}</script></body></html>\n",
@@ -148,7 +145,7 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
     # traceback goes with its error instead.
     texts: dict[str, int] = {}
     shown = [(i, _shown_attrs(s)) for i, s in enumerate(keep)]
-    having = [(i, texts.setdefault(_clip(_attrs_text(a)), len(texts))) for i, a in shown if a]
+    having = [(i, texts.setdefault(clip(_attrs_text(a)), len(texts))) for i, a in shown if a]
     attrs = {"i": [b[0] - a[0] for a, b in pairwise([(0, 0), *having])],
              "x": [x for _, x in having], "texts": list(texts)}
     seen = {k for a in attribution.values() for k in a}
@@ -177,24 +174,24 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
         told = _death_lines(death.job.error, death.job.death) if death else []
         workers.append([wid, status, int(status in DIED or wid in killed_jobs),
                         int(bool(straggler.get(wid))), lanes[wid], w.host if w else "",
-                        w.pid if w else 0, _us(last[wid], origin), len(w.notes) if w else 0,
+                        w.pid if w else 0, us(last[wid], origin), len(w.notes) if w else 0,
                         tag, told])
     # The jobs a worker died in: their figures for the job's tooltip, and the moment drawn
     # on every plot (with the tree's last RSS on the memory plot).
     span_at = {(s.worker, s.pid, s.id): i for i, s in enumerate(keep) if s.kind == "job"}
     job_deaths = [[span_at[k], _death_lines(None, d.job.death)] for d in deaths(t)
                   if (k := (d.worker, d.job.pid, d.job.id)) in span_at]
-    death_marks = [[_us(d.t_ns, origin), widx[d.worker], headline(d.cause),
+    death_marks = [[us(d.t_ns, origin), widx[d.worker], headline(d.cause),
                     _num((d.job.death or {}).get("last_tree_rss_bytes"))]
                    for d in deaths(t) if d.worker in widx]
 
     plots, plot_notes = _plots(t, origin, order)
     notices.extend(plot_notes)
-    span_us = max(_us(end, origin), 1)
+    span_us = max(us(end, origin), 1)
     pad = span_us * 0.01
     data = {
-        "origin_ns": origin, "end_us": _us(end, origin), "t0": -pad, "t1": span_us + pad,
-        "start": _iso(origin), "workers": workers, "names": list(names),
+        "origin_ns": origin, "end_us": us(end, origin), "t0": -pad, "t1": span_us + pad,
+        "start": iso(origin), "workers": workers, "names": list(names),
         # Hues from the name, so a function keeps its colour across reports; never the reds
         # (hue 340-20) that mean an error or a death.
         "hues": [20 + zlib.crc32(n.encode("utf-8", "replace")) % 320 for n in names],
@@ -203,7 +200,7 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
         "jobDeaths": job_deaths, "deaths": death_marks,
         "akeys": akeys, "ascale": ascale, "avals": avals,
         "bins": bins, "binned": len(binned),
-        "marks": [[widx[m.worker], _us(m.t_ns, origin), names[m.name]]
+        "marks": [[widx[m.worker], us(m.t_ns, origin), names[m.name]]
                   for m in sorted(t.marks, key=lambda m: m.t_ns)],
         "plots": plots, "counts": [len(order), len(t.jobs), len(spans)],
     }
@@ -314,7 +311,7 @@ def _plots(t: Timeline, origin: int, order: list[str]) -> tuple[list[dict[str, A
             kept += len(pts)
             ts, vs, prev = [], [], 0
             for tn, v in pts:
-                u = _us(tn, origin)
+                u = us(tn, origin)
                 ts.append(u - prev)
                 prev = u
                 vs.append(_num(v))
@@ -355,10 +352,6 @@ def _thin(pts: list[tuple[int, float]]) -> list[tuple[int, float]]:
 
 
 # -- small helpers ------------------------------------------------------------------------------
-def _us(t_ns: int, origin: int) -> int:
-    return round((t_ns - origin) / 1000)
-
-
 def _dur_us(ns: int) -> float:
     # Whole microseconds, except short spans, which keep nanoseconds to show "412 ns".
     return ns / 1000 if ns < 10_000 else round(ns / 1000)
@@ -397,7 +390,7 @@ def _shown_attrs(s: Span) -> dict[str, Any] | None:
 
 def _error_text(s: Span) -> str:
     """A failed span's error ("Type: message") and the end of its traceback, if it has one."""
-    text = _clip(str(s.error))
+    text = clip(str(s.error))
     tb = (s.attrs or {}).get("traceback")
     if isinstance(tb, str) and tb:
         # The end of a traceback names the failing line: keep that end.
@@ -408,141 +401,9 @@ def _error_text(s: Span) -> str:
 
 def _death_lines(error: str | None, death: dict[str, Any] | None) -> list[str]:
     """What the page tells of a death: the error text, then each figure."""
-    return ([_clip(error)] if error else []) + [_clip(f) for f in figures(death)]
+    return ([clip(error)] if error else []) + [clip(f) for f in figures(death)]
 
 
-def _clip(text: str) -> str:
-    text = str(text)
-    if len(text) <= MAX_TEXT:
-        return text
-    return f"{text[:MAX_TEXT]}… ({len(text) - MAX_TEXT:,} more characters)"
-
-
-def _esc(value: Any) -> str:
-    """Text for HTML: escaped, and any lone surrogate made printable so the page encodes."""
-    text = str(value).encode("utf-8", "backslashreplace").decode("utf-8")
-    return html.escape(text, quote=True)
-
-
-def _iso(t_ns: int) -> str:
-    dt = datetime.datetime.fromtimestamp(t_ns / 1e9, tz=datetime.timezone.utc)
-    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-# -- HTML parts ---------------------------------------------------------------------------------
-def _header(t: Timeline, title: str, data: dict[str, Any], notices: list[str]) -> str:
-    nw, nj, ns = data["counts"]
-    dur = data["end_us"] / 1e6
-    end_iso = _iso(data["origin_ns"] + data["end_us"] * 1000)
-    when = f"{_esc(data['start'])} → {_esc(end_iso)} ({_esc(fmt_seconds(dur) if dur else '0 s')})"
-    if not (nw or t.marks or t.jobs):
-        when = "an empty timeline: nothing was recorded"
-    out = [f"<header><h1>{_esc(title)}</h1>",
-           f"<p class=\"meta\">{when} · <b>{nw:,}</b> workers · <b>{nj:,}</b> jobs"
-           f" · <b>{ns:,}</b> spans · {len(t.marks):,} marks · {len(t.samples):,} samples</p>"]
-    noted = [(wid, w) for wid, w in sorted(t.workers.items()) if w.notes or w.errors]
-    if noted:
-        out.append("<details open><summary>Worker notes</summary><ul class=\"notes\">")
-        for wid, w in noted:
-            for n in w.notes:
-                out.append(f"<li><code>{_esc(wid)}</code>: {_esc(n)}</li>")
-            for e in w.errors:
-                out.append(f"<li class=\"bad\"><code>{_esc(wid)}</code>: error: {_esc(e)}</li>")
-        out.append("</ul></details>")
-    if notices:
-        out.append("<ul class=\"notices\">")
-        out.extend(f"<li>{_esc(n)}</li>" for n in notices)
-        out.append("</ul>")
-    out.append("</header>")
-    return "".join(out)
-
-
-def _workers_html(t: Timeline, wtable: list[dict[str, Any]], data: dict[str, Any]) -> str:
-    first: dict[str, int] = {}
-    for s in t.spans:
-        first[s.worker] = min(first.get(s.worker, s.start_ns), s.start_ns)
-    for smp in t.samples:
-        first[smp.worker] = min(first.get(smp.worker, smp.t_ns), smp.t_ns)
-    last_us = {w[0]: w[7] for w in data["workers"]}
-    origin = data["origin_ns"]
-    out = ["<section><h2>Workers</h2><table class=\"tbl\"><thead><tr><th>worker</th><th>host</th>"
-           "<th>pid</th><th>exit status</th><th>died of</th><th>jobs</th><th>failed</th>"
-           "<th>frames lost</th>"
-           "<th>dropped</th><th>job time</th><th>active</th><th>straggler</th></tr></thead><tbody>"]
-    for r in wtable:
-        wid = r["worker"]
-        active = (last_us.get(wid, 0) - _us(first[wid], origin)) / 1e6 if wid in first else None
-        bad = r["status"] in DIED or r["failed_jobs"]
-        cls = " class=\"bad\"" if bad else (" class=\"slow\"" if r["straggler"] else "")
-        out.append(
-            f"<tr{cls}><td><code>{_esc(wid)}</code></td><td>{_esc(r['host'])}</td>"
-            f"<td class=\"num\">{_esc(r['pid'])}</td><td>{_esc(r['status'])}</td>"
-            f"<td>{_esc(headline(r['died'])) if r['died'] else ''}</td>"
-            f"<td class=\"num\">{r['jobs']:,}</td><td class=\"num\">{r['failed_jobs']:,}</td>"
-            f"<td class=\"num\">{r['lost']:,}</td><td class=\"num\">{r['dropped']:,}</td>"
-            f"<td class=\"num\">{_esc(fmt_seconds(r['busy_s']))}</td>"
-            f"<td class=\"num\">{_esc(fmt_seconds(active))}</td>"
-            f"<td>{'⚠ straggler' if r['straggler'] else ''}</td></tr>")
-    out.append("</tbody></table></section>")
-    return "".join(out)
-
-
-def _deaths_html(t: Timeline, data: dict[str, Any]) -> str:
-    """A section for the workers that died inside a job: when, of what, and the figures."""
-    died = deaths(t)
-    if not died:
-        return ""
-    origin = data["origin_ns"]
-    out = ["<section><h2>Deaths</h2><p class=\"hint\">Workers that died inside a job, as the "
-           "sidecar named it after the worker's pipe closed: spans still open then are drawn "
-           "cut short (a ragged end) and end at the death.</p><table class=\"tbl\"><thead><tr>"
-           "<th>worker</th><th>job</th><th>at</th><th>died of</th><th>what the sidecar read</th>"
-           "</tr></thead><tbody>"]
-    for d in died:
-        told = f"<div>{_esc(_clip(d.job.error))}</div>" if d.job.error else ""
-        told += f"<div class=\"figs\">{' · '.join(_esc(f) for f in figures(d.job.death))}</div>"
-        out.append(f"<tr class=\"bad\"><td><code>{_esc(d.worker)}</code></td>"
-                   f"<td>{d.job.id} <code>{_esc(d.job.name)}</code></td>"
-                   f"<td class=\"num\">+{_esc(fmt_seconds((d.t_ns - origin) / 1e9))}</td>"
-                   f"<td><b>{_esc(headline(d.cause))}</b></td><td>{told}</td></tr>")
-    out.append("</tbody></table></section>")
-    return "".join(out)
-
-
-def _functions_html(rows: list[dict[str, Any]]) -> str:
-    cut = any(r["cut_short"] for r in rows)
-    out = ["<section><h2>Functions</h2><p class=\"hint\">One row per span name; self = wall "
-           "time minus time in child spans; CPU and memory are estimates attributed from "
-           "the samples around each span. <b>memory grown</b>: the most the process's RSS rose "
-           "above its level at a call's start during one call, i.e. what the function "
-           "allocated; <b>process RSS during</b>: the process's largest RSS while a call ran, "
-           "which includes what it held before (a short sleep in a large process shows it "
-           "all)" + ("; cut short = calls still open when their process died" if cut else "")
-           + ".</p><table class=\"tbl\"><thead><tr><th>name</th>"
-           "<th>kind</th><th>calls</th><th>total</th><th>self</th><th>mean</th><th>p50</th>"
-           "<th>p95</th><th>max</th><th>CPU</th><th>memory grown</th><th>process RSS during</th>"
-           "<th>errors</th>"
-           + ("<th>cut short</th>" if cut else "") + "</tr></thead><tbody>"]
-    for r in rows[:MAX_ROWS]:
-        cls = " class=\"bad\"" if r["errors"] or r["cut_short"] else ""
-        out.append(
-            f"<tr{cls}><td><code>{_esc(r['name'])}</code></td><td>{_esc(r['kind'])}</td>"
-            f"<td class=\"num\">{r['calls']:,}</td>"
-            + "".join(f"<td class=\"num\">{_esc(fmt_seconds(r[k]))}</td>"
-                      for k in ("total_s", "self_s", "mean_s", "p50_s", "p95_s", "max_s", "cpu_s"))
-            + f"<td class=\"num\">{_esc(fmt_bytes(r['peak_growth_bytes']))}</td>"
-            f"<td class=\"num\">{_esc(fmt_bytes(r['peak_rss_bytes']))}</td>"
-            f"<td class=\"num\">{r['errors']:,}</td>"
-            + (f"<td class=\"num\">{r['cut_short']:,}</td>" if cut else "") + "</tr>")
-    out.append("</tbody></table>")
-    if len(rows) > MAX_ROWS:
-        rest = rows[MAX_ROWS:]
-        out.append(f"<p class=\"note\">{len(rest):,} more names not listed "
-                   f"({sum(r['calls'] for r in rest):,} calls, "
-                   f"{_esc(fmt_seconds(sum(r['total_s'] for r in rest)))} in total); the Chrome "
-                   f"trace export has every span.</p>")
-    out.append("</section>")
-    return "".join(out)
 
 
 # The page's style and drawing code live beside this module as plain files (package data),

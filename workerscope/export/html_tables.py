@@ -1,0 +1,158 @@
+"""The HTML report's tables and header: plain HTML around the canvas (html.py builds the data
+the page draws). Every text from the timeline goes through esc()."""
+
+from __future__ import annotations
+
+import datetime
+import html
+from typing import Any
+
+from ..timeline import Timeline
+from .attribution import DIED
+from .deaths import deaths, figures, headline
+from .units import fmt_bytes, fmt_seconds
+
+MAX_ROWS = 300  # rows of the per-function table
+MAX_TEXT = 2_000  # characters of one span's attrs or error kept for the tooltip
+
+
+# -- small helpers, html.py's too ---------------------------------------------------------------
+def us(t_ns: int, origin: int) -> int:
+    """A time as whole microseconds since the origin: the page's time unit."""
+    return round((t_ns - origin) / 1000)
+
+
+def clip(text: str) -> str:
+    """At most MAX_TEXT characters, saying how many more there were."""
+    text = str(text)
+    if len(text) <= MAX_TEXT:
+        return text
+    return f"{text[:MAX_TEXT]}… ({len(text) - MAX_TEXT:,} more characters)"
+
+
+def esc(value: Any) -> str:
+    """Text for HTML: escaped, and any lone surrogate made printable so the page encodes."""
+    text = str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+    return html.escape(text, quote=True)
+
+
+def iso(t_ns: int) -> str:
+    """A time as ISO 8601 UTC to the millisecond."""
+    dt = datetime.datetime.fromtimestamp(t_ns / 1e9, tz=datetime.timezone.utc)
+    return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# -- HTML parts ---------------------------------------------------------------------------------
+def header(t: Timeline, title: str, data: dict[str, Any], notices: list[str]) -> str:
+    nw, nj, ns = data["counts"]
+    dur = data["end_us"] / 1e6
+    end_iso = iso(data["origin_ns"] + data["end_us"] * 1000)
+    when = f"{esc(data['start'])} → {esc(end_iso)} ({esc(fmt_seconds(dur) if dur else '0 s')})"
+    if not (nw or t.marks or t.jobs):
+        when = "an empty timeline: nothing was recorded"
+    out = [f"<header><h1>{esc(title)}</h1>",
+           f"<p class=\"meta\">{when} · <b>{nw:,}</b> workers · <b>{nj:,}</b> jobs"
+           f" · <b>{ns:,}</b> spans · {len(t.marks):,} marks · {len(t.samples):,} samples</p>"]
+    noted = [(wid, w) for wid, w in sorted(t.workers.items()) if w.notes or w.errors]
+    if noted:
+        out.append("<details open><summary>Worker notes</summary><ul class=\"notes\">")
+        for wid, w in noted:
+            for n in w.notes:
+                out.append(f"<li><code>{esc(wid)}</code>: {esc(n)}</li>")
+            for e in w.errors:
+                out.append(f"<li class=\"bad\"><code>{esc(wid)}</code>: error: {esc(e)}</li>")
+        out.append("</ul></details>")
+    if notices:
+        out.append("<ul class=\"notices\">")
+        out.extend(f"<li>{esc(n)}</li>" for n in notices)
+        out.append("</ul>")
+    out.append("</header>")
+    return "".join(out)
+
+
+def workers_html(t: Timeline, wtable: list[dict[str, Any]], data: dict[str, Any]) -> str:
+    first: dict[str, int] = {}
+    for s in t.spans:
+        first[s.worker] = min(first.get(s.worker, s.start_ns), s.start_ns)
+    for smp in t.samples:
+        first[smp.worker] = min(first.get(smp.worker, smp.t_ns), smp.t_ns)
+    last_us = {w[0]: w[7] for w in data["workers"]}
+    origin = data["origin_ns"]
+    out = ["<section><h2>Workers</h2><table class=\"tbl\"><thead><tr><th>worker</th><th>host</th>"
+           "<th>pid</th><th>exit status</th><th>died of</th><th>jobs</th><th>failed</th>"
+           "<th>frames lost</th>"
+           "<th>dropped</th><th>job time</th><th>active</th><th>straggler</th></tr></thead><tbody>"]
+    for r in wtable:
+        wid = r["worker"]
+        active = (last_us.get(wid, 0) - us(first[wid], origin)) / 1e6 if wid in first else None
+        bad = r["status"] in DIED or r["failed_jobs"]
+        cls = " class=\"bad\"" if bad else (" class=\"slow\"" if r["straggler"] else "")
+        out.append(
+            f"<tr{cls}><td><code>{esc(wid)}</code></td><td>{esc(r['host'])}</td>"
+            f"<td class=\"num\">{esc(r['pid'])}</td><td>{esc(r['status'])}</td>"
+            f"<td>{esc(headline(r['died'])) if r['died'] else ''}</td>"
+            f"<td class=\"num\">{r['jobs']:,}</td><td class=\"num\">{r['failed_jobs']:,}</td>"
+            f"<td class=\"num\">{r['lost']:,}</td><td class=\"num\">{r['dropped']:,}</td>"
+            f"<td class=\"num\">{esc(fmt_seconds(r['busy_s']))}</td>"
+            f"<td class=\"num\">{esc(fmt_seconds(active))}</td>"
+            f"<td>{'⚠ straggler' if r['straggler'] else ''}</td></tr>")
+    out.append("</tbody></table></section>")
+    return "".join(out)
+
+
+def deaths_html(t: Timeline, data: dict[str, Any]) -> str:
+    """A section for the workers that died inside a job: when, of what, and the figures."""
+    died = deaths(t)
+    if not died:
+        return ""
+    origin = data["origin_ns"]
+    out = ["<section><h2>Deaths</h2><p class=\"hint\">Workers that died inside a job, as the "
+           "sidecar named it after the worker's pipe closed: spans still open then are drawn "
+           "cut short (a ragged end) and end at the death.</p><table class=\"tbl\"><thead><tr>"
+           "<th>worker</th><th>job</th><th>at</th><th>died of</th><th>what the sidecar read</th>"
+           "</tr></thead><tbody>"]
+    for d in died:
+        told = f"<div>{esc(clip(d.job.error))}</div>" if d.job.error else ""
+        told += f"<div class=\"figs\">{' · '.join(esc(f) for f in figures(d.job.death))}</div>"
+        out.append(f"<tr class=\"bad\"><td><code>{esc(d.worker)}</code></td>"
+                   f"<td>{d.job.id} <code>{esc(d.job.name)}</code></td>"
+                   f"<td class=\"num\">+{esc(fmt_seconds((d.t_ns - origin) / 1e9))}</td>"
+                   f"<td><b>{esc(headline(d.cause))}</b></td><td>{told}</td></tr>")
+    out.append("</tbody></table></section>")
+    return "".join(out)
+
+
+def functions_html(rows: list[dict[str, Any]]) -> str:
+    cut = any(r["cut_short"] for r in rows)
+    out = ["<section><h2>Functions</h2><p class=\"hint\">One row per span name; self = wall "
+           "time minus time in child spans; CPU and memory are estimates attributed from "
+           "the samples around each span. <b>memory grown</b>: the most the process's RSS rose "
+           "above its level at a call's start during one call, i.e. what the function "
+           "allocated; <b>process RSS during</b>: the process's largest RSS while a call ran, "
+           "which includes what it held before (a short sleep in a large process shows it "
+           "all)" + ("; cut short = calls still open when their process died" if cut else "")
+           + ".</p><table class=\"tbl\"><thead><tr><th>name</th>"
+           "<th>kind</th><th>calls</th><th>total</th><th>self</th><th>mean</th><th>p50</th>"
+           "<th>p95</th><th>max</th><th>CPU</th><th>memory grown</th><th>process RSS during</th>"
+           "<th>errors</th>"
+           + ("<th>cut short</th>" if cut else "") + "</tr></thead><tbody>"]
+    for r in rows[:MAX_ROWS]:
+        cls = " class=\"bad\"" if r["errors"] or r["cut_short"] else ""
+        out.append(
+            f"<tr{cls}><td><code>{esc(r['name'])}</code></td><td>{esc(r['kind'])}</td>"
+            f"<td class=\"num\">{r['calls']:,}</td>"
+            + "".join(f"<td class=\"num\">{esc(fmt_seconds(r[k]))}</td>"
+                      for k in ("total_s", "self_s", "mean_s", "p50_s", "p95_s", "max_s", "cpu_s"))
+            + f"<td class=\"num\">{esc(fmt_bytes(r['peak_growth_bytes']))}</td>"
+            f"<td class=\"num\">{esc(fmt_bytes(r['peak_rss_bytes']))}</td>"
+            f"<td class=\"num\">{r['errors']:,}</td>"
+            + (f"<td class=\"num\">{r['cut_short']:,}</td>" if cut else "") + "</tr>")
+    out.append("</tbody></table>")
+    if len(rows) > MAX_ROWS:
+        rest = rows[MAX_ROWS:]
+        out.append(f"<p class=\"note\">{len(rest):,} more names not listed "
+                   f"({sum(r['calls'] for r in rest):,} calls, "
+                   f"{esc(fmt_seconds(sum(r['total_s'] for r in rest)))} in total); the Chrome "
+                   f"trace export has every span.</p>")
+    out.append("</section>")
+    return "".join(out)
