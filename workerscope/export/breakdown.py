@@ -55,7 +55,7 @@ def process_lines(t: Timeline, metric: str, rank: str,
                   order: list[str]) -> list[tuple[str, int, Points]]:
     """(label, colour, points) for the breakdown of `metric` over the workers in `order`: the
     TOP processes by `rank` ("peak" or "area", i.e. CPU time for cpu_percent), largest first,
-    labelled "name pid" (plus the worker when there are several), then "others (N
+    labelled "name pid" (plus the worker when there are several hosts), then "others (N
     processes)"; colour is the rank, OTHERS for the sum. A single leftover process is drawn
     as itself."""
     wanted = set(order)
@@ -74,7 +74,9 @@ def process_lines(t: Timeline, metric: str, rank: str,
     top, rest = ranked[:TOP], ranked[TOP:]
     if len(rest) == 1:
         top, rest = ranked, []
-    several = len({w for w, _ in series}) > 1
+    # A pid names a process on its host: the worker is said only when there are several hosts.
+    hosts = {w: (t.workers[w].host if w in t.workers else w) for w, _ in series}
+    several = len(set(hosts.values())) > 1
     out: list[tuple[str, int, Points]] = []
     for i, (w, pid) in enumerate(top):
         name = t.processes.get((w, pid), "pid")

@@ -92,9 +92,11 @@ function niceStep(raw) {
   const p = Math.pow(10, Math.floor(Math.log10(raw))), m = raw / p;
   return p * (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10);
 }
-function niceBytes(raw) {  // 1, 2, 5, 10... of the unit fmtBytes prints: 256 MiB, not 268 MB
+// A step of about `raw` bytes for an axis up to ~3 x raw: 1, 2, 5, 10... of the largest unit
+// that axis reaches, so its labels read "0.5 GiB, 1 GiB, 1.5 GiB", never "1000 MiB, 1.46 GiB".
+function niceBytes(raw) {
   let u = 1;
-  while (raw >= 512 * u) u *= 1024;
+  while (raw * 3 >= 1024 * u && u < 1024 ** 4) u *= 1024;
   return u * niceStep(raw / u);
 }
 function tickLabel(t, step) {
@@ -341,7 +343,7 @@ function drawPlot(p, counting) {
     return [a, b];
   });
   const any = ranges.some(([a, b]) => b >= a), limits = p.spec.limits || [];
-  if (any) for (const [v] of limits) if (v > ymax) ymax = v;
+  if (any) for (const [v] of limits) ymax = Math.max(ymax, v * 1.1);  // room for its label
   if (!(ymax > 0)) ymax = 1;
   const ystep = (unit === "%" ? niceStep : niceBytes)(ymax / 3);
   ymax = Math.ceil(ymax / ystep) * ystep;
@@ -397,7 +399,7 @@ function drawPlot(p, counting) {
   for (let j = 0; j < shown; j++) {  // the legend, as far as it fits
     const y = y0 + 24 + j * 13, s = p.series[j];
     g.fillStyle = s.color; g.fillRect(6, y - 4, 9, 8);
-    g.fillStyle = "#333"; g.fillText(clip(s.label, 115, g), 19, y);
+    g.fillStyle = "#333"; g.fillText(clip(s.label, LEFT - 85, g), 19, y);  // clear of the axis labels
   }
   if (shown < p.series.length) {
     g.fillStyle = "#666";
