@@ -216,3 +216,82 @@ def test_html_draws_deaths_and_explains_them_on_hover(tmp_path):
     assert "OOM-killed" in body["data-worker"] and "cgroup limit 64 MiB" in body["data-worker"]
     assert "cgroup limit 64 MiB" in body["data-job"] and "kernel log" in body["data-job"]
     assert "ValueError: bad row 7" in body["data-err"] and "line 3, in parse" in body["data-err"]
+
+
+def showcase_timeline() -> Timeline:
+    """A training run on one node, for docs/report-death.png: worker 4121 and its six data
+    loader processes grow towards the 2 GiB cgroup limit until the OOM killer ends it at 7.4 s
+    in `augment` (cut short); worker 4200 trains on, its calls steady."""
+    gib = 1024 * MIB
+    t = Timeline()
+    oom, ok = "node1:4121:4122", "node1:4200:4201"
+    t.workers[oom] = Worker(oom, host="node1", pid=4121, status="killed", interval=0.25)
+    t.workers[ok] = Worker(ok, host="node1", pid=4200, status="exited", interval=0.25)
+    error = ("OOM-killed: cgroup limit 2.0 GiB, last RSS 1.1 GiB, peak RSS 1.1 GiB (kernel log: "
+             "Killed process 4121 (python))")
+    death = {"cause": "oom", "pid": 4121, "signal": 9, "oom_kills": 1,
+             "cgroup_limit_bytes": 2 * gib, "cgroup_peak_bytes": 2 * gib,
+             "last_rss_bytes": int(1.1 * gib), "peak_rss_bytes": int(1.12 * gib),
+             "last_tree_rss_bytes": int(1.96 * gib),
+             "kernel_log": "Memory cgroup out of memory: Killed process 4121 (python) "
+                           "total-vm:9.1GB, anon-rss:1.1GB, file-rss:0kB, oom_score_adj:0"}
+    t.workers[oom].notes.append(f"died inside a job: {error}")
+    _job(t, oom, 4121, 0.2, 7.4, "oom_killed", error, death, name="train_epoch")
+    _job(t, ok, 4200, 0.3, 9.6, "ok", name="train_epoch")
+    sid = iter(range(2, 10**6))
+    for wid, pid, stop in ((oom, 4121, 7.4), (ok, 4200, 9.6)):
+        x = 0.45 if pid == 4121 else 0.4  # 4121's last `augment` would have ended at 7.5 s
+        while x < stop - 0.05:
+            for name, d in (("load_batch", 0.35), ("augment", 0.45), ("forward", 0.6)):
+                end = min(x + d, stop)
+                span = Span(wid, 1, next(sid), 1, name, T0 + int(x * S), T0 + int(end * S),
+                            pid, pid)
+                t.spans.append(cut_short(span) if end >= stop and pid == 4121 else span)
+                x = end + 0.05
+                if x >= stop:
+                    break
+    t.processes[(oom, 4121)] = "python"
+    t.processes[(ok, 4200)] = "python"
+    for k in range(6):
+        t.processes[(oom, 4130 + k)] = "pt_data_worker"
+    for k in range(39):
+        ts = T0 + k * S // 4
+        sec = k / 4
+        procs = {4121: (0.25 + 0.11 * sec) * gib,
+                 **{4130 + j: (0.04 + 0.0044 * (j + 1) * sec) * gib for j in range(6)}}
+        cpus = {4121: 95.0 + 3 * (k % 3), **{4130 + j: 20.0 + 7 * j for j in range(6)}}
+        if sec <= 7.25:
+            for pid, rss in procs.items():
+                t.samples.append(Sample(oom, ts, "proc", pid, {"rss_bytes": rss,
+                                                               "cpu_percent": cpus[pid]}))
+            t.samples.append(Sample(oom, ts, "tree", 4121, {
+                "rss_bytes": sum(procs.values()), "cpu_percent": sum(cpus.values()),
+                "read_bytes": 4e7 * sec, "write_bytes": 1e6 * sec}))
+            t.samples.append(Sample(oom, ts, "host", None, {"cgroup_mem_limit_bytes": 2.0 * gib}))
+        t.samples.append(Sample(ok, ts, "host", None, {  # the node's, read by one of them
+            "net_recv_bytes": 9e7 * sec + 4e6 * (k % 4), "net_sent_bytes": 1e7 * sec}))
+        t.samples.append(Sample(ok, ts, "gpu0", None, {
+            "util_percent": 0.0 if sec < 0.5 else 88.0 + 4 * (k % 3),
+            "mem_used_bytes": (12 + min(sec, 1) * 40) * gib}))
+        t.samples.append(Sample(ok, ts, "proc", 4200, {"rss_bytes": 0.6 * gib + 2e6 * (k % 5),
+                                                       "cpu_percent": 99.0}))
+        t.samples.append(Sample(ok, ts, "tree", 4200, {
+            "rss_bytes": 0.6 * gib + 2e6 * (k % 5), "cpu_percent": 99.0,
+            "read_bytes": 3e7 * sec, "write_bytes": 5e5 * sec}))
+    t.sort()
+    return t
+
+
+@pytest.mark.browser
+def test_showcase_draws_death_cut_short_and_breakdown(tmp_path):
+    """The showcase (docs/report-death.png) draws every canvas error-free, with the death, the
+    cut-short span and the per-process breakdown in it."""
+    t = showcase_timeline()
+    page = to_html(t)
+    dom = open_page(page, tmp_path)
+    for cid in ("gantt", "plot-cpu", "plot-proc-cpu", "plot-mem", "plot-proc-mem", "plot-io"):
+        n, ink = drawn(dom, cid)
+        assert n > 0 and ink > 0, cid
+    data = _data(page)
+    assert any(f & 16 for f in data["spans"]["f"])
+    assert "others (3 processes)" in page and "cgroup limit 2 GiB (node1:4121)" in page
