@@ -97,7 +97,7 @@ function niceStep(raw) {
 function niceBytes(raw) {
   let u = 1;
   while (raw * 3 >= 1024 * u && u < 1024 ** 4) u *= 1024;
-  return u * niceStep(raw / u);
+  return Math.max(1, u * niceStep(raw / u));  // whole bytes: an all-zero plot reads 0 B, 1 B
 }
 function tickLabel(t, step) {
   const dec = Math.max(0, Math.min(6, -Math.floor(Math.log10(step / 1e6) + 1e-9)));
@@ -429,8 +429,11 @@ function deathsOnPlot(g, p, x0, x1, y0, y1, k, ky, limits) {
     g.beginPath(); g.moveTo(x, y0); g.lineTo(x, y1); g.stroke();
     if (!mem) return;
     g.setLineDash([]);
-    g.textAlign = "left"; g.textBaseline = "top";  // three rows, so neighbours do not collide
-    g.fillText(clip("✖ " + label + " " + W[w][0], 220, g), x + 3, y0 + 2 + (j % 3) * 12);
+    // three rows, so neighbours do not collide; left of the line near the right edge
+    const text = clip("✖ " + label + " " + W[w][0], 220, g);
+    const left = x + 3 + g.measureText(text).width > x1;
+    g.textAlign = left ? "right" : "left"; g.textBaseline = "top";
+    g.fillText(text, left ? x - 3 : x + 3, y0 + 2 + (j % 3) * 12);
     if (rss !== null) {
       g.font = "bold 12px system-ui,sans-serif"; g.textAlign = "center"; g.textBaseline = "middle";
       g.fillText("✖", x, y1 - rss * ky);
