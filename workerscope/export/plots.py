@@ -87,8 +87,9 @@ def _gantt(ax: Any, t: Timeline, workers: list[str], origin: int) -> None:
     for row, wid in enumerate(workers):
         if wid in died:
             d = died[wid]
-            ax.text((d.t_ns - origin) / 1e9, row - LANE_H, "✗ " + headline(d.cause),
-                    color=ERROR_COLOR, va="center", ha="left", fontsize=8, fontweight="bold")
+            x = (d.t_ns - origin) / 1e9
+            ax.text(x, row - LANE_H, "✗ " + headline(d.cause), color=ERROR_COLOR, va="center",
+                    ha="right" if x > 0.8 * x_span else "left", fontsize=8, fontweight="bold")
         elif t.workers[wid].status in DIED:
             ax.text(0, row, "✗ " + t.workers[wid].status, color=ERROR_COLOR, va="center")
     handles = [Patch(facecolor=c, label=n) for n, c in colors.items() if c != OTHER_COLOR]
