@@ -68,7 +68,8 @@ def test_no_monitor_means_nothing_recorded_and_results_unchanged():
 
 
 def test_spans_recorded_with_names_attrs_nesting_and_errors(clean_env):
-    """Spans carry qualified names, attrs, parent links, pid/tid, and the exception type."""
+    """Spans carry qualified names, attrs, parent links, pid/tid, and the exception's type,
+    message and traceback."""
     with monitor(interval=0.5) as m:
         assert add(2, 3) == 5
         assert named() == "n"
@@ -87,7 +88,8 @@ def test_spans_recorded_with_names_attrs_nesting_and_errors(clean_env):
     assert "Thing.method" in s
     assert s["inner"].parent == s["outer"].id
     assert s["outer"].start_ns <= s["inner"].start_ns <= s["inner"].end_ns <= s["outer"].end_ns
-    assert s["fails"].error == "KeyError"
+    assert s["fails"].error == "KeyError: 'boom'"
+    assert 'in fails' in s["fails"].attrs["traceback"]
     assert s["block"].attrs == {"rows": 10}
     assert s["coro"].end_ns - s["coro"].start_ns >= 10_000_000
     assert [(mk.name, mk.attrs) for mk in t.marks] == [("checkpoint", {"step": 3})]

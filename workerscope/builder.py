@@ -178,12 +178,16 @@ class TimelineBuilder:
         spans: list[Span] = []
         marks: list[Mark] = []
         for rec in b.get("records", ()):
-            if not isinstance(rec, list) or len(rec) != protocol.RECORD_FIELDS:
+            # An older sidecar's records lack the trailing cut_short.
+            if not isinstance(rec, list) or not (protocol.RECORD_FIELDS - 1 <= len(rec)
+                                                 <= protocol.RECORD_FIELDS):
                 raise ValueError("a span record is an array of "
                                  f"{protocol.RECORD_FIELDS} fields")
-            r = protocol.SpanRecord._make(rec)
+            r = protocol.SpanRecord(*rec)
             if r.attrs is not None and not isinstance(r.attrs, dict):
                 raise ValueError("span attrs must be a map")
+            if not isinstance(r.cut_short, bool):
+                raise ValueError("a span record's cut_short must be true or false")
             job = None if r.job is None else int(r.job)
             if r.kind == protocol.RECORD_MARK:
                 marks.append(Mark(wid, job, str(r.name), self._wall(wid, r.start_ns), pid,
@@ -192,10 +196,20 @@ class TimelineBuilder:
                 spans.append(Span(wid, job, int(r.id), None if r.parent is None else int(r.parent),
                                   str(r.name), self._wall(wid, r.start_ns),
                                   self._wall(wid, r.end_ns), pid, int(r.tid), r.attrs,
-                                  None if r.error is None else str(r.error)))
+                                  None if r.error is None else str(r.error),
+                                  cut_short=r.cut_short))
+        lost = _opt(b.get("spans_lost"), int)
+        notes = b.get("notes") or []
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise ValueError("span notes must be a list of strings")
+        # All checked: now add.
         self.t.threads.update(threads)
         self.t.spans.extend(spans)
         self.t.marks.extend(marks)
+        w = self.worker(wid)
+        if lost is not None:
+            w.spans_lost = max(w.spans_lost, lost)  # a running total: a lost frame loses nothing
+        w.notes.extend(n for n in notes if n not in w.notes)
 
     _on_mark = _on_spans
 

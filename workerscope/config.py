@@ -26,8 +26,9 @@ class Config:
     node: str | None = None
     # How long a sidecar waits for the driver to acknowledge its last frame before it exits.
     bye_timeout: float = 2.0
-    # How often the worker ships its buffered spans to the sidecar.
-    flush_interval: float = 0.2
+    # Span records each worker process's ring holds for the sidecar to read (a power of two,
+    # 48 bytes each). The sidecar reads every 50 ms; a ring that fills counts what it overwrote.
+    ring_records: int = 65_536
     # Sample this many times per frame sent (last, min, mean, max of each metric).
     samples_per_frame: int = 1
     # Frames a sidecar queues for a slow or absent driver before it drops (and counts) them.
@@ -45,7 +46,7 @@ _ENV = {
     "out": "WORKERSCOPE_OUT",
     "node": "WORKERSCOPE_NODE",
     "bye_timeout": "WORKERSCOPE_BYE_TIMEOUT",
-    "flush_interval": "WORKERSCOPE_FLUSH_INTERVAL",
+    "ring_records": "WORKERSCOPE_RING_RECORDS",
     "samples_per_frame": "WORKERSCOPE_SAMPLES_PER_FRAME",
     "send_queue": "WORKERSCOPE_SEND_QUEUE",
     "reset_peak": "WORKERSCOPE_RESET_PEAK",
@@ -99,7 +100,7 @@ def _build(values: dict[str, object]) -> Config:
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {values['mode']!r}")
         values["mode"] = mode
-    for key in ("interval", "bye_timeout", "flush_interval"):
+    for key in ("interval", "bye_timeout"):
         if key in values:
             values[key] = _as_float(key, values[key])
     interval = values.get("interval", Config.interval)
@@ -109,10 +110,8 @@ def _build(values: dict[str, object]) -> Config:
         )
     if "bye_timeout" in values and not 0 <= values["bye_timeout"] <= 3600:  # type: ignore[operator]
         raise ConfigError(f"bye_timeout must be between 0 and 3600 seconds, got {values['bye_timeout']!r}")
-    if "flush_interval" in values and not 0.01 <= values["flush_interval"] <= 3600:  # type: ignore[operator]
-        raise ConfigError(
-            f"flush_interval must be between 0.01 and 3600 seconds, got {values['flush_interval']!r}")
-    for key, top in (("samples_per_frame", 10_000), ("send_queue", 10_000_000)):
+    for key, top in (("samples_per_frame", 10_000), ("send_queue", 10_000_000),
+                     ("ring_records", 1 << 24)):
         if key in values:
             raw = values[key]
             try:

@@ -44,12 +44,12 @@ FRAME_KINDS = frozenset({HELLO, JOB_START, JOB_END, SAMPLE, SPANS, MARK, BYE, HE
                          PING, PONG})
 HEARTBEAT_S = 1.0
 
-# Pipe message kinds. Worker -> sidecar: hello, job_start, spans, job_end, close.
-# Sidecar -> worker: ready, timeline.
+# Pipe message kinds: control only (spans go through the span rings, see spanring.py).
+# Worker -> sidecar: hello, job_start, job_end, close. Sidecar -> worker: ready, timeline.
 READY = "ready"
 TIMELINE = "timeline"
 CLOSE = "close"
-PIPE_KINDS = frozenset({HELLO, READY, JOB_START, SPANS, JOB_END, TIMELINE, CLOSE})
+PIPE_KINDS = frozenset({HELLO, READY, JOB_START, JOB_END, TIMELINE, CLOSE})
 
 
 
@@ -80,8 +80,8 @@ class Status(str, enum.Enum):
         return format(self.value, spec)
 
 
-# Span records inside spans/mark bodies are tuples on the wire, not maps, to keep the worker's
-# hot path cheap; SpanRecord names their fields for every reader.
+# Span records inside spans/mark bodies are tuples on the wire, not maps; SpanRecord names
+# their fields for every reader. A record of an older sidecar lacks the trailing cut_short.
 RECORD_SPAN = 0
 RECORD_MARK = 1
 
@@ -96,7 +96,8 @@ class SpanRecord(NamedTuple):
     end_ns: int  # monotonic; a mark's equals its start
     tid: int
     attrs: dict[str, Any] | None
-    error: str | None
+    error: str | None  # "Type: message" of the exception it raised
+    cut_short: bool = False  # still open when its process died: it ends at the death
 
 
 RECORD_FIELDS = len(SpanRecord._fields)

@@ -42,6 +42,9 @@ class Worker:
     notes: list[str] = field(default_factory=list)  # what the sidecar could not measure, once each
     clock_offset_ns: int = 0  # how far its clock ran ahead of the driver's (subtracted)
     clock_error_ns: int | None = None  # half the round trip of the best offset sample
+    # Span records its span rings overwrote before the sidecar read them (rings too small for
+    # the span rate: see the ring_records setting); nothing is dropped without being counted.
+    spans_lost: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,11 @@ class Span:
     pid: int
     tid: int
     attrs: dict[str, Any] | None = None
-    error: str | None = None
+    error: str | None = None  # "Type: message" (bounded); the traceback is attrs["traceback"]
     kind: str = "span"  # span | job
+    # Still open when its process died (or its sidecar stopped reading): it ends there. Last,
+    # with a default: older .wsc rows still load.
+    cut_short: bool = False
 
     @property
     def duration_ns(self) -> int:

@@ -10,6 +10,7 @@ see death.py), a last sample, open jobs ended with that, their timelines still d
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
@@ -29,10 +30,13 @@ from .aggregate import Aggregator
 from .death import DeathWatch
 from .gpu import GpuSampler
 from .host import HostSampler
+from .rings import EVERY_JOB, Rings
 from .tree import ProcessTree
 
 log = logging.getLogger("workerscope.sidecar")
 HELLO_TIMEOUT = 30.0
+# How often the span rings are read while a job runs (and, between jobs, once a second).
+DRAIN_NS = 50_000_000
 _PROC = ["cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes", "peak_rss_bytes", "uss_bytes",
          "pss_bytes", "read_bytes", "write_bytes", "read_chars", "write_chars", "num_threads",
          "num_fds", "ctx_switches_voluntary", "ctx_switches_involuntary", "gpu_mem_bytes",
@@ -93,6 +97,11 @@ class Sidecar:
         # another host), to check the driver's clock-offset estimate. Never set in production.
         self.skew = int(os.environ.get("WORKERSCOPE_TEST_CLOCK_SKEW_NS", "0") or 0)
         self.samples = 0
+        # The worker's span rings (from its hello), and pipe messages read but not yet handled.
+        self.rings: Rings | None = None
+        self.next_drain = 0
+        self.pending: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self.pipe_broken = False
 
     # -- frames ------------------------------------------------------------------------------
     def emit(self, kind: str, body: dict[str, Any], jobs: list[OpenJob] | None = None) -> bytes:
@@ -192,6 +201,10 @@ class Sidecar:
         # EOF on the pipe is the death of the process that holds its other end (the worker;
         # under `run` and `attach`, the CLI), not necessarily of the target.
         self.watch = DeathWatch(int(body.get("pid") or self.target))
+        if body.get("ring_error"):
+            self.errors.append(str(body["ring_error"]))
+        if body.get("rings"):
+            self.rings = Rings(str(body["rings"]), int(body.get("pid") or self.target))
         # /proc has no per-process network bytes. A tree in a network namespace of its own
         # has its own counters; otherwise network is host-wide and labelled so.
         own_ns = net_namespace(self.target)
@@ -214,6 +227,11 @@ class Sidecar:
     def on_job_start(self, body: dict[str, Any]) -> None:
         job = OpenJob(int(body["job"]), str(body.get("name", "job")), body.get("out"), [self.hello],
                       keep=bool(body.get("keep", True)) or bool(body.get("out")))
+        if self.rings is not None:
+            tid = body.get("tid")
+            self.rings.jobs.start(job.job, int(body.get("pid", self.target)),
+                                  None if tid is None else int(tid),
+                                  int(body.get("t", time.monotonic_ns())))
         first = not self.jobs
         if first:
             # Per-job peaks in a warm worker: the kernel's high-water marks restart now.
@@ -239,30 +257,58 @@ class Sidecar:
             # than the interval would otherwise restart it each time and never see a tick.
             self.next_tick = time.monotonic_ns() + self.interval_ns
 
-    def on_spans(self, body: dict[str, Any]) -> None:
-        pid = body.get("pid", self.target)
-        groups: dict[tuple[int, Any], list[Any]] = {}
-        for rec in body.get("records", []):
-            r = protocol.SpanRecord._make(rec)
-            groups.setdefault((r.kind, r.job), []).append(rec)
-        threads = body.get("threads") or []
-        for (rtype, job_id), records in groups.items():
-            kind = protocol.MARK if rtype == protocol.RECORD_MARK else protocol.SPANS
-            job = self.jobs.get(job_id)
-            # Frames stay far below the size cap whatever the batch: a job with a million
-            # spans between two flushes still arrives whole.
-            step = protocol.MAX_RECORDS_PER_FRAME
-            for i in range(0, len(records), step):
-                self.emit(kind, {"pid": pid, "records": records[i:i + step], "threads": threads},
-                          jobs=[job] if job else [])
-                threads = []
-        if threads:
-            self.emit(protocol.SPANS, {"pid": pid, "records": [], "threads": threads})
+    def drain_rings(self, final: bool = False, now: int | None = None) -> None:
+        """Send what the span rings hold as spans/mark frames, each to its job. The counters
+        are read first, then the pipe: a job's first spans may be in a ring before its
+        job_start was read, and are read only once the job is known. final: the worker is
+        gone; open spans end at `now`, cut short, and the rings are removed."""
+        rings = self.rings
+        if rings is None:
+            return
+        upto = rings.scan()
+        if not final:
+            self.pump()
+        for kind, body, job_id in rings.frames(None if final else upto, final,
+                                               now or time.monotonic_ns()):
+            job = self.jobs.get(job_id) if job_id is not None else None
+            self.emit(kind, body, jobs=None if job_id == EVERY_JOB else [job] if job else [])
+        if final:
+            rings.close()
+            self.rings = None
+
+    def pump(self) -> None:
+        """Read what the worker has already written to the pipe, without waiting, and start
+        the jobs it announced (handled before the messages that precede them: a job start
+        only opens a job). The rest waits in `pending` for the loop, in order."""
+        while True:
+            try:
+                chunk = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
+            except OSError:  # nothing more now (EAGAIN), or the pipe broke: the loop sees it
+                break
+            if not chunk:
+                break  # EOF: the loop's next read sees it too
+            try:
+                self.pending.extend(self.reader.feed(chunk))
+            except ProtocolError as err:
+                self.errors.append(f"bad pipe message: {err}")
+                self.pipe_broken = True
+                break
+        starts = [m for m in self.pending if m[0] == protocol.JOB_START]
+        if starts:
+            rest = [m for m in self.pending if m[0] != protocol.JOB_START]
+            self.pending.clear()
+            self.pending.extend(rest)
+            for kind, body in starts:
+                self.handle(kind, body)
 
     def on_job_end(self, body: dict[str, Any]) -> None:
         job = self.jobs.get(int(body["job"]))
         if job is None:
             return
+        if self.rings is not None:
+            # The job's spans go before its end (the worker wrote them before it sent this).
+            self.rings.jobs.end(job.job, int(body.get("t", time.monotonic_ns())))
+            self.drain_rings()
         if not self.sampled_recently():
             self.sample(flush=True, edge=True)
         else:
@@ -305,10 +351,12 @@ class Sidecar:
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> int:
         closed = self.loop()
+        gone = time.monotonic_ns()  # spans open in the rings end here, cut short
         notes = []
         if self.jobs:
             # First thing: the worker's exit status lasts only until its parent reaps it.
             death = self.watch.after_eof()
+            self.drain_rings(final=True, now=gone)
             self.sample(flush=True)
             now = time.monotonic_ns()
             for job in list(self.jobs.values()):
@@ -316,6 +364,7 @@ class Sidecar:
             status = Status.KILLED
             notes.append(f"died inside a job: {death.error}")
         else:
+            self.drain_rings(final=True, now=gone)
             status = Status.EXITED if closed else Status.ENDED
         return self.bye(status, notes)
 
@@ -327,10 +376,16 @@ class Sidecar:
             poller.register(self.outbox.socket, zmq.POLLIN)
         started = time.monotonic()
         while True:
+            if self.serve_pending():
+                return True
+            if self.pipe_broken:
+                return False
             now = time.monotonic_ns()
             wake = self.next_heartbeat
             if self.jobs:
                 wake = min(wake, self.next_tick)
+            if self.rings is not None:
+                wake = min(wake, self.next_drain)
             timeout_ms = max(0, (wake - now) // 1_000_000) + 1
             if not self.worker_id:
                 if time.monotonic() - started > HELLO_TIMEOUT:
@@ -349,10 +404,9 @@ class Sidecar:
                 except ProtocolError as err:
                     self.errors.append(f"bad pipe message: {err}")
                     return False
-                for kind, body in messages:
-                    if kind == protocol.CLOSE:
-                        return True
-                    self.handle(kind, body)
+                self.pending.extend(messages)
+                if self.serve_pending():
+                    return True
             if self.outbox is not None and self.outbox.socket in ready:
                 self.on_driver(self.outbox.receive())
             now = time.monotonic_ns()
@@ -365,6 +419,19 @@ class Sidecar:
                 self.next_tick += self.interval_ns
                 if self.next_tick <= now:
                     self.next_tick += ((now - self.next_tick) // self.interval_ns + 1) * self.interval_ns
+            if self.rings is not None and now >= self.next_drain:
+                self.drain_rings()
+                self.next_drain = time.monotonic_ns() + (
+                    DRAIN_NS if self.jobs else int(protocol.HEARTBEAT_S * 1e9))
+
+    def serve_pending(self) -> bool:
+        """Handle the pipe messages read so far, in order; True at the worker's close."""
+        while self.pending:
+            kind, body = self.pending.popleft()
+            if kind == protocol.CLOSE:
+                return True
+            self.handle(kind, body)
+        return False
 
     def heartbeat(self, now: int) -> None:
         self.next_heartbeat = now + int(protocol.HEARTBEAT_S * 1e9)
@@ -388,8 +455,6 @@ class Sidecar:
                 self.on_hello(body)
             elif kind == protocol.JOB_START:
                 self.on_job_start(body)
-            elif kind == protocol.SPANS:
-                self.on_spans(body)
             elif kind == protocol.JOB_END:
                 self.on_job_end(body)
         except (KeyError, TypeError, ValueError, IndexError) as err:

@@ -12,14 +12,16 @@ import functools
 import inspect
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import types
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
-from .. import protocol
+from .. import protocol, spanring
 from ..builder import build
 from ..config import Config, env_names, resolve
 from ..errors import ConfigError, WorkerscopeError
@@ -39,22 +41,31 @@ _active_lock = threading.Lock()
 _active_jobs: list[int] = []
 
 
-def _activate(buf: spans.Buffer, job: int) -> None:
+def _activate(writer: spans.Writer | None, job: int) -> None:
+    # Spans go to the ring while any job runs; which job each belongs to is worked out where
+    # the ring is read (spanring.Jobs: the job on its thread, else the only one open).
     with _active_lock:
         _active_jobs.append(job)
-        spans.active = buf
-        # Threads the job starts do not inherit its context; while one job alone runs in this
-        # process, their spans belong to it. With several at once, that would be a guess.
-        spans.default_job = _active_jobs[0] if len(_active_jobs) == 1 else None
+        if writer is not None:
+            spans.activate(writer)
 
 
 def _deactivate(job: int) -> None:
     with _active_lock:
         if job in _active_jobs:
             _active_jobs.remove(job)
-        spans.default_job = _active_jobs[0] if len(_active_jobs) == 1 else None
         if not _active_jobs:
-            spans.active = None
+            spans.deactivate()
+
+
+def _own_ring(config: Config) -> spans.Writer | None:
+    """A ring for a job without a sidecar, read by the worker itself at the job's end."""
+    where = tempfile.mkdtemp(prefix=f"workerscope-own-{os.getpid()}-")
+    try:
+        return spans.Writer(where, config.ring_records)
+    except OSError:
+        shutil.rmtree(where, ignore_errors=True)
+        return None
 
 
 log = logging.getLogger("workerscope")
@@ -94,11 +105,13 @@ class _HeavyJob:
         self.link: SidecarLink | None = None
         self.lost: str | None = None
         self.job = spans.next_id()
+        self.own: spans.Writer | None = None
 
     def start(self) -> None:
         from .link import get_link
 
         self.start_ns = time.time_ns()
+        self.start_mono = time.monotonic_ns()
         try:
             self.link = get_link(self.config)
             self.link.job_start(self.job, self.name, self.config.out, keep=self.want_timeline)
@@ -106,14 +119,21 @@ class _HeavyJob:
             self.lost = str(err)
             _warn(f"sidecar lost, the job runs unmonitored: {err!r}")
             self.link = None
-        buf = self.link.buffer if self.link is not None else spans.Buffer()
-        self.buffer = buf
-        _activate(buf, self.job)
-        self.token = spans.current.set((self.job, self.job))
+        if self.link is None:
+            self.own = _own_ring(self.config)
+        self.writer = self.link.writer if self.link is not None else self.own
+        _activate(self.writer, self.job)
 
     def end(self, exc: BaseException | None) -> None:
-        spans.current.reset(self.token)
         _deactivate(self.job)
+        try:
+            self._end(exc)
+        finally:
+            if self.own is not None:
+                spans.release(self.own)
+                shutil.rmtree(os.path.dirname(self.own.path), ignore_errors=True)
+
+    def _end(self, exc: BaseException | None) -> None:
         status = Status.OK if exc is None else Status.ERROR
         error = None if exc is None else type(exc).__qualname__
         if self.link is not None:
@@ -125,7 +145,6 @@ class _HeavyJob:
             except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
                 self.lost = str(err)
                 _warn(f"sidecar lost during the job: {err!r}")
-                self.buffer = self.link.buffer
         self.timeline = self._lost_timeline(status, error)
         if self.config.out:
             # The sidecar would have written this file; with it gone, the worker does, under
@@ -138,8 +157,8 @@ class _HeavyJob:
                 _warn(f"could not write {path}: {err!r}")
 
     def _lost_timeline(self, status: str, error: str | None) -> Timeline:
-        """What the worker alone still knows when its sidecar is gone: the job and its
-        spans not yet shipped. The worker is marked sidecar_lost."""
+        """What the worker alone still knows when its sidecar is gone: the job and the spans
+        its ring still holds. The worker is marked sidecar_lost."""
         pid = os.getpid()
         wid = protocol.worker_id(os.uname().nodename, pid, "lost", self.config.node)
         t = Timeline()
@@ -148,19 +167,32 @@ class _HeavyJob:
         end = time.time_ns()
         offset = time.time_ns() - time.monotonic_ns()
         t.jobs.append(Job(wid, self.job, self.name, self.start_ns, end, status, error, pid, None))
+        tid = threading.get_native_id()
         t.spans.append(Span(wid, self.job, self.job, None, self.name, self.start_ns, end, pid,
-                            threading.get_native_id(), {"status": status}, error, "job"))
-        bodies = list(self.link.unsent) if self.link is not None else []
-        body = self.buffer.drain()
-        if body is not None:
-            bodies.append(body)
-        for rec in (protocol.SpanRecord._make(r) for b in bodies for r in b["records"]):
-            if rec.kind == protocol.RECORD_SPAN and rec.job == self.job:
-                t.spans.append(Span(wid, rec.job, rec.id, rec.parent, rec.name,
-                                    rec.start_ns + offset, rec.end_ns + offset, pid, rec.tid,
-                                    rec.attrs, rec.error))
+                            tid, {"status": status}, error, "job"))
+        for rec in self._ring_spans(pid, tid, end - offset):
+            t.spans.append(Span(wid, rec.job, rec.id, rec.parent, rec.name, rec.start_ns + offset,
+                                rec.end_ns + offset, pid, rec.tid, rec.attrs, rec.error,
+                                cut_short=rec.cut_short))
         t.sort()
         return t
+
+    def _ring_spans(self, pid: int, tid: int, end: int) -> list[protocol.SpanRecord]:
+        """This job's completed spans in the worker's own ring (read from its start)."""
+        if self.writer is None or self.writer.closed:
+            return []
+        jobs = spanring.Jobs()
+        jobs.start(self.job, pid, tid, self.start_mono)
+        jobs.end(self.job, end)
+        try:
+            reader = spanring.RingReader(self.writer.mm, pid)
+        except (ValueError, spanring.RingError):
+            return []  # unmapped meanwhile
+        try:
+            return [r for r in reader.read(jobs)
+                    if r.kind == protocol.RECORD_SPAN and r.job == self.job]
+        finally:
+            reader.close()
 
 
 class monitor:

@@ -3,15 +3,22 @@
 One link per worker process and settings, reused across jobs (see `get_link`). A link that
 finds its sidecar dead says so with SidecarError; callers turn that into a timeline whose worker
 status is "sidecar_lost" and run the job on, unmonitored.
+
+Each link has a private directory (0700, under /dev/shm when there is one) for the span rings
+of this process and of the processes it forks (recorder.py); the hello names it, the sidecar
+reads the rings there and removes the directory when it exits. The pipe carries control only.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -34,30 +41,54 @@ class SidecarLink:
         self._sock: socket.socket | None = None
         self._reader = protocol.PipeReader()
         self._inbox: list[tuple[str, dict[str, Any]]] = []
-        # _lock orders writes (and the drain that goes with them); _read_lock lets one thread
-        # at a time read replies, which it files in _inbox for whichever job they answer.
+        # _lock orders writes; _read_lock lets one thread at a time read replies, which it
+        # files in _inbox for whichever job they answer.
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()
-        self.buffer = spans.Buffer()
-        self._flusher: spans.Flusher | None = None
+        self.rings: str | None = None  # the directory of the span rings
+        self.writer: spans.Writer | None = None  # this process's ring
+        self.ring_error: str | None = None
         self.dead = False
-
-    @property
-    def unsent(self) -> list[dict[str, Any]]:
-        """Span batches the sidecar never received (it died): the worker keeps them."""
-        if self._flusher is None:
-            self._flusher = self._make_flusher()
-        return self._flusher.unsent
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        self.spawn()
+        self.make_ring()
+        try:
+            self.spawn()
+        except SidecarError:
+            self.close()
+            raise
         self.handshake()
+
+    def make_ring(self) -> None:
+        """This process's span ring, in a new private directory: in /dev/shm (memory), else
+        the temporary directory. Without room for one the jobs still run and are sampled;
+        their spans are not recorded, and the worker's errors say so."""
+        for where in _ring_places():
+            _remove_dead_rings(where)
+            try:
+                self.rings = tempfile.mkdtemp(prefix=f"workerscope-{os.getpid()}-{_PIDNS}-",
+                                              dir=where)
+                self.writer = spans.Writer(self.rings, self.config.ring_records)
+                return
+            except OSError as err:
+                self.ring_error = f"no span ring ({err}): spans are not recorded"
+                self.remove_rings()
+
+    def remove_rings(self) -> None:
+        """Unmap this process's ring and remove the directory (what the sidecar does when it
+        exits; the worker does it when the sidecar cannot)."""
+        if self.writer is not None:
+            spans.release(self.writer)
+            self.writer = None
+        if self.rings is not None:
+            shutil.rmtree(self.rings, ignore_errors=True)
+            self.rings = None
 
     def spawn(self) -> None:
         """Start the sidecar process; `handshake` then names its target and waits for it."""
         ours, theirs = socket.socketpair()
-        # Room for bursts of span batches and job edges while the sidecar is busy sampling.
+        # Room for bursts of job edges while the sidecar is busy sampling.
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
         # Arguments carry only the pipe; the settings go in the hello (handshake).
         cmd = [sys.executable, "-m", "workerscope.sidecar", "--fd", str(theirs.fileno())]
@@ -81,39 +112,37 @@ class SidecarLink:
         try:
             self._write(protocol.encode_pipe(protocol.HELLO, {
                 "pid": os.getpid(), "anchor": protocol.clock_anchor(), "target": self.target_pid,
-                "config": to_dict(self.config),
+                "config": to_dict(self.config), "rings": self.rings,
+                "ring_error": self.ring_error,
             }))
             ready = self._wait_for(protocol.READY, START_TIMEOUT)
         except SidecarError:
             self.close(wait=False)
             raise
         self.worker_id = ready["worker"]
-        self._flusher = self._make_flusher()
-        self._flusher.start()
-
-    def _make_flusher(self) -> spans.Flusher:
-        return spans.Flusher(self.buffer, self._write_locked, self._lock, self.config.flush_interval)
 
     def close(self, wait: bool = False) -> None:
-        """Tell the sidecar this worker is done; it then says bye to the driver and exits."""
-        if self._flusher is not None:
-            self._flusher.stop()
+        """Tell the sidecar this worker is done; it then reads the rings a last time, says bye
+        to the driver and exits."""
         if self._sock is not None:
             try:
                 if not self.dead:
-                    if self._flusher is not None:
-                        self._flusher.flush()
                     self._write(protocol.encode_pipe(protocol.CLOSE, {}))
             except (OSError, SidecarError):
                 self.dead = True
             self._sock.close()
             self._sock = None
+        if self.writer is not None:
+            spans.release(self.writer)
+            self.writer = None
         if wait and self.proc is not None:
             try:
                 self.proc.wait(timeout=self.config.bye_timeout + 10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc is None or self.proc.poll() is not None:
+            self.remove_rings()  # the sidecar is gone (or never came): nobody else will
         self.dead = True
 
     @property
@@ -130,13 +159,11 @@ class SidecarLink:
 
     def job_end(self, job: int, status: str, error: str | None, want_timeline: bool) -> list[bytes] | None:
         """Close the job; with want_timeline, wait for the sidecar's frames of it."""
-        t = time.monotonic_ns()
-        flusher = self._flusher or self._make_flusher()
-        with self._lock:
-            flusher.flush_locked()  # the job's last spans go before its end
-            self._write_locked(protocol.encode_pipe(protocol.JOB_END, {
-                "job": job, "t": t, "status": status, "error": error, "reply": want_timeline,
-            }))
+        # The sidecar reads the rings before it ends the job: its spans precede its end.
+        self._write(protocol.encode_pipe(protocol.JOB_END, {
+            "job": job, "t": time.monotonic_ns(), "status": status, "error": error,
+            "reply": want_timeline,
+        }))
         if not want_timeline:
             return None
         reply = self._wait_for(protocol.TIMELINE, REPLY_TIMEOUT, job=job)
@@ -206,7 +233,41 @@ _links_lock = threading.Lock()
 
 def _key(config: Config) -> tuple[object, ...]:
     return (config.interval, config.endpoint, config.node, config.bye_timeout,
-            config.flush_interval, config.samples_per_frame, config.send_queue)
+            config.ring_records, config.samples_per_frame, config.send_queue)
+
+
+def _ring_places() -> list[str | None]:
+    shm = "/dev/shm"
+    usable = os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)
+    return [shm, None] if usable else [None]
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+# Ring directories are named workerscope-<worker pid>-<pid namespace>-<random>: pids mean
+# something only in their namespace, and /dev/shm may be shared across containers.
+_PIDNS = _pid_namespace()
+_RING_DIR = re.compile(r"workerscope-(\d+)-(\d+)-")
+
+
+def _remove_dead_rings(where: str | None) -> None:
+    """Remove the ring directories of workers of this pid namespace that are gone. Their
+    sidecar removes them, unless it died too (both SIGKILLed, say); one still reading after
+    its worker's death has the rings mapped, and loses nothing."""
+    where = where or tempfile.gettempdir()
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return
+    for name in names:
+        m = _RING_DIR.match(name)
+        if m and int(m.group(2)) == _PIDNS and not os.path.exists(f"/proc/{m.group(1)}"):
+            shutil.rmtree(os.path.join(where, name), ignore_errors=True)
 
 
 def get_link(config: Config) -> SidecarLink:
@@ -240,10 +301,11 @@ def _forget_after_fork() -> None:
             link._sock.close()
             link._sock = None
         link.dead = True
+        # Its ring and directory belong to the parent (recorder.py gives the child its own).
+        link.writer = None
+        link.rings = None
     _links.clear()
     _links_lock = threading.Lock()
-    spans.active = None
-    spans.default_job = None
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)

@@ -1,131 +1,385 @@
-"""Span records in the worker: the current-span context, the in-process buffer, its pipe writer.
+"""Span records in the worker: the ring file each process writes its spans to (layout in
+workerscope/spanring.py), and the pure-Python writer.
 
-The hot path is the record tuple appended to a deque (thread-safe without a lock). A flusher
-thread ships what accumulated to the sidecar every flush_interval, so spans arrive during the
-job, not only at its end, and the job's own threads never write to the pipe except at job
-boundaries.
+A span is one record, written when it begins and completed in place when it ends, in memory
+the sidecar maps: nothing crosses the pipe, and a SIGKILL loses nothing already recorded (the
+sidecar reads the ring after the death and ends what was open there, cut short).
+
+Two writers share the layout. The C fast path (_fastspan.c, built when a compiler was there at
+install) records sync @timed calls and span() blocks; the pure-Python one here is the fallback,
+or the only one with WORKERSCOPE_PURE_PYTHON=1. Either way, async spans, marks and the slow
+paths (names, thread names, attributes, exceptions) go through this module.
 """
 
 from __future__ import annotations
 
-import collections
 import contextvars
 import itertools
+import mmap
 import os
+import struct
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
-from .. import protocol
-from ..errors import WorkerscopeError
-
-# (job id, span id) of the innermost open span in this thread or task.
-current: contextvars.ContextVar[tuple[int | None, int | None]] = contextvars.ContextVar(
-    "workerscope_current", default=(None, None)
+from .. import spanring
+from ..spanring import (
+    END,
+    ERR_BIT,
+    EXTRA_HEAD,
+    F_END,
+    GEN_SHIFT,
+    H_COUNTER,
+    H_EXTRAS_DROPPED,
+    H_EXTRAS_HEAD,
+    H_EXTRAS_TAIL,
+    H_NAMES_DROPPED,
+    H_NAMES_HEAD,
+    RECORD_WORDS,
+    SEQ_MASK,
+    WRAP,
 )
+
 _ids = itertools.count(1)
-next_id: Callable[[], int] = _ids.__next__
+next_id: Callable[[], int] = _ids.__next__  # job ids (light and heavy)
 now_ns: Callable[[], int] = time.monotonic_ns
-_local = threading.local()
+
+MAX_ERROR = 1000  # characters of "Type: message"
+MAX_TRACEBACK = 2048  # characters of the traceback kept in a span's attrs
+_INSTRUMENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "instruments.py")
+_gens = itertools.count(1)
+_pack_words = struct.Struct("=5q").pack_into  # a record's words after its seq
 
 
-def thread_id() -> int:
-    """The kernel's id of this thread (what Perfetto and /proc show), cached per thread:
-    get_native_id() is a system call, ~200 ns on the hot path of every span."""
+def _load_fast() -> Any:
+    if os.environ.get("WORKERSCOPE_PURE_PYTHON", "") not in ("", "0"):
+        return None
     try:
-        tid: int = _local.tid
-        return tid
-    except AttributeError:
-        tid = _local.tid = threading.get_native_id()
-        return tid
+        from . import _fastspan
+    except ImportError:
+        return None
+    return _fastspan if _fastspan.LAYOUT == spanring.VERSION else None
 
 
-# A forked child's only thread is new to the kernel: forget the parent's id.
-os.register_at_fork(after_in_child=_local.__dict__.clear)
+# The C fast path, or None (not built, or WORKERSCOPE_PURE_PYTHON=1).
+fast: Any = _load_fast()
 
 
-class Buffer:
-    """Span and mark records of one process, waiting to be shipped."""
+class Writer:
+    """This process's span ring: a file `<pid>.ring` in a directory its sidecar reads."""
 
-    def __init__(self) -> None:
-        self.records: collections.deque[tuple[Any, ...]] = collections.deque()
-        self.thread_names: dict[int, str] = {}
-        self.new_threads: collections.deque[tuple[int, str]] = collections.deque()
+    def __init__(self, directory: str, capacity: int = spanring.DEFAULT_CAPACITY) -> None:
+        pid = os.getpid()
+        self.path = os.path.join(directory, f"{pid}.ring")
+        self.cap = spanring.capacity_for(capacity)
+        parts = spanring.layout(self.cap)
+        tmp = f"{self.path}.new"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            # The whole file now: a full /dev/shm fails here (ENOSPC), not later, as a SIGBUS
+            # in the middle of the job.
+            os.posix_fallocate(fd, 0, parts["size"])
+            self.mm = mmap.mmap(fd, parts["size"])
+        except OSError:
+            os.unlink(tmp)
+            raise
+        finally:
+            os.close(fd)
+        spanring.init_header(self.mm, self.cap, pid)
+        os.replace(tmp, self.path)  # the sidecar sees only whole rings
+        self.q = memoryview(self.mm).cast("q")
+        self.pid = pid
+        self.gen = next(_gens)
+        self.mask, self.half = self.cap - 1, self.cap // 2
+        self.rec = spanring.HEADER_WORDS
+        self.names_at, self.names_size = parts["names"], parts["names_size"]
+        self.extras_at, self.extras_size = parts["extras"], parts["extras_size"]
+        self.lock = threading.Lock()  # the slow paths: names and extras
+        self.span_names: dict[Any, int] = {}
+        self._next_name = 1
+        self.seqs = itertools.count(1).__next__  # the pure-Python writer's seqs
+        # What the pure-Python wrapper needs on every call, in one attribute.
+        self.hot = (self.q, self.mm, self.seqs, self.mask, self.half, self.gen, _pack_words)
+        self.closed = False
 
-    def add(self, record: tuple[Any, ...]) -> None:
-        tid = record[7]
-        if tid not in self.thread_names:
-            name = threading.current_thread().name
-            self.thread_names[tid] = name
-            self.new_threads.append((tid, name))
-        self.records.append(record)
+    # -- names and extras (slow paths, under the lock) ---------------------------------------
+    def intern(self, name: Any, attrs: dict[str, Any] | None = None) -> int:
+        """A new name id for `name` and its static attrs (0 if the names table is full)."""
+        with self.lock:
+            nid = self._next_name
+            if self._append([spanring.NAME, nid, str(name), attrs or None]):
+                self._next_name += 1
+                return nid
+            return 0
 
-    def drain(self, job: int | None = None) -> dict[str, Any] | None:
-        """Take everything buffered as one spans message body, or None if empty."""
-        n = len(self.records)
-        if not n and not self.new_threads:
-            return None
-        popleft = self.records.popleft
-        records = [list(popleft()) for _ in range(n)]
-        threads = [list(self.new_threads.popleft()) for _ in range(len(self.new_threads))]
-        return {"pid": os.getpid(), "records": records, "threads": threads}
+    def name_id(self, name: Any) -> int:
+        """The id of a span() or mark() name, interned once per ring."""
+        nid = self.span_names.get(name)
+        if nid is None:
+            nid = self.span_names[name] = self.intern(name)
+        return nid
 
+    def thread(self, tid: int, name: str) -> None:
+        with self.lock:
+            self._append([spanring.THREAD, tid, name])
 
-# The buffer spans go to, or None when no monitor is active in this process: @timed checks
-# this one global and does nothing else when it is None.
-active: Buffer | None = None
-# The job that spans of threads without a job context belong to (None when ambiguous).
-default_job: int | None = None
+    def _append(self, entry: list[Any]) -> bool:
+        if self.closed:
+            return False
+        try:
+            body = spanring.encode(entry)
+        except Exception:  # noqa: BLE001 - a name or attrs msgpack can't take: never the job's problem
+            body = spanring.encode([entry[0], entry[1], repr(entry[2])[:200]])
+        q, at = self.q, self.q[H_NAMES_HEAD]
+        n = spanring.ENTRY_HEAD.size + len(body)
+        if at + n > self.names_size:
+            q[H_NAMES_DROPPED] += 1
+            return False
+        base = self.names_at + at
+        self.mm[base + spanring.ENTRY_HEAD.size: base + n] = body
+        spanring.ENTRY_HEAD.pack_into(self.mm, base, len(body), 0)
+        q[H_NAMES_HEAD] = at + ((n + 7) & ~7)  # last: the reader reads up to here
+        return True
 
-
-class Flusher:
-    """Ships a Buffer to a pipe every `interval` seconds from a daemon thread."""
-
-    def __init__(self, buffer: Buffer, send_locked: Callable[[bytes], None], lock: threading.Lock,
-                 interval: float) -> None:
-        self._buffer = buffer
-        self._send = send_locked  # called with `lock` held
-        self._lock = lock
-        self._interval = interval
-        self._wake = threading.Event()
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="workerscope-flush", daemon=True)
-        self.failed: BaseException | None = None
-        # Batches that could not be sent: kept for the timeline the worker builds alone.
-        self.unsent: list[dict[str, Any]] = []
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def flush(self) -> None:
-        """Send what is buffered now, from the calling thread."""
-        with self._lock:
-            self.flush_locked()
-
-    def flush_locked(self) -> None:
-        """flush() for a caller that holds the lock. Draining and writing under one lock keeps
-        batches in order, and no two threads ever pop the buffer at once."""
-        body = self._buffer.drain()
-        if body is not None:
-            try:
-                self._send(protocol.encode_pipe(protocol.SPANS, body))
-            except WorkerscopeError:
-                self.unsent.append(body)
-                raise
-
-    def _run(self) -> None:
-        while not self._stop:
-            self._wake.wait(self._interval or None)
-            self._wake.clear()
-            try:
-                self.flush()
-            except WorkerscopeError as err:  # the sidecar went away; the link knows it is dead
-                self.failed = err
+    def extra(self, token: int, value: dict[str, Any]) -> None:
+        """Variable-length data of the record `token`, read with it (dropped and counted if
+        the extras area has no room until the sidecar catches up)."""
+        if token >> GEN_SHIFT != self.gen or self.closed:
+            return
+        try:
+            body = spanring.encode(value)
+        except Exception:  # noqa: BLE001 - attributes msgpack can't take: never the job's problem
+            body = spanring.encode({k: repr(v)[:200] for k, v in value.items()})
+        with self.lock:
+            q = self.q
+            n = EXTRA_HEAD.size + len(body)
+            need = (n + 7) & ~7
+            head, size = q[H_EXTRAS_HEAD], self.extras_size
+            pos = head % size
+            skip = size - pos if size - pos < need else 0
+            if n > spanring.MAX_EXTRA or head + skip + need - q[H_EXTRAS_TAIL] > size:
+                q[H_EXTRAS_DROPPED] += 1
                 return
+            if skip:
+                if skip >= EXTRA_HEAD.size:
+                    EXTRA_HEAD.pack_into(self.mm, self.extras_at + pos, WRAP, 0, 0)
+                head, pos = head + skip, 0
+            base = self.extras_at + pos
+            self.mm[base + EXTRA_HEAD.size: base + n] = body
+            EXTRA_HEAD.pack_into(self.mm, base, len(body), 0, token & SEQ_MASK)
+            q[H_EXTRAS_HEAD] = head + need  # last
 
-    def stop(self) -> None:
-        self._stop = True
-        self._wake.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
+    def error(self, token: int, exc: BaseException | None) -> None:
+        text, tb = describe(exc)
+        self.extra(token, {"error": text, "traceback": tb} if tb else {"error": text})
+
+    # -- the pure-Python writer --------------------------------------------------------------
+    def begin(self, nid: int, flags: int, tid: int, depth: int, ctx: int) -> int:
+        """Write a begun record; its token."""
+        q = self.q
+        seq = self.seqs()
+        q[H_COUNTER] = seq
+        b = self.rec + ((seq - 1) & self.mask) * RECORD_WORDS
+        q[b + 1] = nid | flags << 32
+        q[b + 2] = tid | depth << 32
+        q[b + 3] = now_ns()
+        q[b + 4] = 0
+        q[b + 5] = ctx
+        q[b] = seq
+        return self.gen << GEN_SHIFT | seq
+
+    def finish(self, seq: int, end: int, tid: int) -> None:
+        """Complete record `seq`: in place while it is ours and young, else an F_END record."""
+        q = self.q
+        b = self.rec + ((seq - 1) & self.mask) * RECORD_WORDS
+        if q[b] == seq and q[H_COUNTER] - seq < self.half:
+            q[b + END] = end
+            return
+        s2 = self.seqs()
+        q[H_COUNTER] = s2
+        e = self.rec + ((s2 - 1) & self.mask) * RECORD_WORDS
+        q[e + 1] = F_END << 32
+        q[e + 2] = tid
+        q[e + 3] = seq
+        q[e + 4] = end
+        q[e + 5] = 0
+        q[e] = s2
+
+    def close(self) -> None:
+        """Unmap (the file stays for the sidecar, which removes it)."""
+        with self.lock:
+            self.closed = True
+            self.q.release()
+            self.mm.close()
+
+
+def describe(exc: BaseException | None) -> tuple[str, str]:
+    """("Type: message", a short traceback) of an exception, both bounded."""
+    if exc is None:
+        return "error", ""
+    name = type(exc).__qualname__
+    try:
+        msg = str(exc)
+    except Exception:  # noqa: BLE001 - a __str__ that raises must not hide the error
+        msg = "<unprintable>"
+    text = f"{name}: {msg}" if msg else name
+    if len(text) > MAX_ERROR:
+        text = text[:MAX_ERROR - 3] + "..."
+    # Frame lines only, no source: no file reads on the error path. The instruments' own
+    # wrappers are left out (the C path has none to show).
+    lines = [f'  File "{f.f_code.co_filename}", line {lineno}, in {f.f_code.co_name}\n'
+             for f, lineno in traceback.walk_tb(exc.__traceback__)
+             if f.f_code.co_filename != _INSTRUMENTS]
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):  # the innermost frames matter most
+        if size + len(line) > MAX_TRACEBACK - 80:
+            kept.append(f"  ... {len(lines) - len(kept)} more frame(s)\n")
+            break
+        kept.append(line)
+        size += len(line)
+    tb = "Traceback (most recent call last):\n" + "".join(reversed(kept)) + text
+    return text, tb[:MAX_TRACEBACK]
+
+
+# -- the active ring -------------------------------------------------------------------------------
+# The ring spans go to, or None when no monitor is active in this process: @timed checks this
+# (or the C path its own flag) and does nothing else when it is None.
+active: Writer | None = None
+_current: Writer | None = None  # the ring the C path points at (active or not)
+# The enclosing async span's token, in asyncio tasks (and threads that copy their context).
+async_ctx: contextvars.ContextVar[int] = contextvars.ContextVar("workerscope_async_span")
+async_open = 0  # async spans open in this process: sync spans read async_ctx only when > 0
+_tl = threading.local()
+
+
+def activate(writer: Writer) -> None:
+    global active, _current
+    if fast is not None and _current is not writer:
+        fast.set_ring(writer.mm, writer.gen, writer.rec * 8, writer.cap)
+    _current = active = writer
+    if fast is not None:
+        fast.set_active(True)
+
+
+def deactivate() -> None:
+    global active
+    active = None
+    if fast is not None:
+        fast.set_active(False)
+
+
+def release(writer: Writer) -> None:
+    """Stop writing to `writer` for good and unmap it."""
+    global _current
+    if active is writer:
+        deactivate()
+    if _current is writer:
+        if fast is not None:
+            fast.set_ring(None, 0, 0, 0)
+        _current = None
+    writer.close()
+
+
+def thread_state(writer: Writer) -> list[int]:
+    """[ring generation, tid, depth] of this thread (pure-Python writer), its name recorded
+    in `writer` once."""
+    try:
+        st: list[int] = _tl.s
+    except AttributeError:
+        st = _tl.s = [0, threading.get_native_id(), 0]
+    if st[0] != writer.gen:
+        st[0] = writer.gen
+        writer.thread(st[1], threading.current_thread().name)
+    return st
+
+
+def current_ctx(gen: int) -> int:
+    """The seq of the async span enclosing this code in its task, in ring `gen` (or 0)."""
+    token = async_ctx.get(0)
+    return token & SEQ_MASK if token >> GEN_SHIFT == gen else 0
+
+
+# -- records for async spans and marks (either writer) ---------------------------------------------
+def begin(writer: Writer, nid: int, flags: int) -> int:
+    """Begin an async-style record (F_ASYNC or F_MARK); its token, 0 if not recorded."""
+    if fast is not None:
+        token: int = fast.begin(nid, flags)
+        return token
+    st = thread_state(writer)
+    ctx = current_ctx(writer.gen) if async_open else 0
+    return writer.begin(nid, flags, st[1], st[2], ctx)
+
+
+def finish(writer: Writer, token: int, error: bool) -> None:
+    if fast is not None:
+        fast.finish(token, error)
+    elif token >> GEN_SHIFT == writer.gen and not writer.closed:
+        end = now_ns() | (ERR_BIT if error else 0)
+        writer.finish(token & SEQ_MASK, end, thread_state(writer)[1])
+
+
+def opened_async(delta: int) -> None:
+    global async_open
+    async_open += delta
+    if fast is not None:
+        fast.async_open(delta)
+
+
+# -- the C path's way back into Python --------------------------------------------------------------
+def _c_intern(name: Any, attrs: dict[str, Any] | None) -> int:
+    return _current.intern(name, attrs) if _current is not None else 0
+
+
+def _c_thread(tid: int) -> None:
+    if _current is not None:
+        _current.thread(tid, threading.current_thread().name)
+
+
+def _c_error(token: int, exc: BaseException | None) -> None:
+    if _current is not None:
+        _current.error(token, exc)
+
+
+def _c_attrs(token: int, attrs: dict[str, Any]) -> None:
+    if _current is not None:
+        _current.extra(token, {"attrs": attrs})
+
+
+def set_async_span(factory: Callable[[Any, dict[str, Any] | None], Any]) -> None:
+    """What the C span() returns inside a running event loop (instruments' async span)."""
+    if fast is not None:
+        import asyncio
+
+        fast.set_hooks(_c_intern, _c_thread, _c_error, _c_attrs, factory, async_ctx,
+                       asyncio.events._get_running_loop)
+
+
+# -- fork ------------------------------------------------------------------------------------------
+def _after_fork_in_child() -> None:
+    """A forked child must never write into its parent's ring. If the parent was recording,
+    the child gets its own ring, `<child pid>.ring` in the same directory, which the sidecar
+    finds as the child joins the tree."""
+    global active, _current
+    _tl.__dict__.clear()  # the forking thread has a new tid (its depth starts again at 0)
+    was, parent = active, _current
+    active = _current = None
+    if fast is not None:
+        fast.set_ring(None, 0, 0, 0)
+    if parent is not None:
+        parent.closed = True
+        try:
+            parent.q.release()
+            parent.mm.close()
+        except (BufferError, ValueError):
+            pass  # a view still held somewhere: the mapping goes when the child exits
+    if was is not None:
+        try:
+            activate(Writer(os.path.dirname(was.path), was.cap))
+        except OSError:
+            pass  # no room for a ring: this child records nothing
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

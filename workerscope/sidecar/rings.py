@@ -1,0 +1,196 @@
+"""The sidecar's side of the span rings: one ring file per process of the worker's tree,
+`<pid>.ring` in the private directory the worker named in its hello (the worker's own, and
+one for each process it forked while recording).
+
+The sidecar drains them on its tick and when a job ends (service.py). A process that has
+exited is read one last time, its open spans ending at that moment, cut short; after the
+worker's death every ring is read that way, then the directory is removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .. import protocol, spanring
+
+log = logging.getLogger("workerscope.sidecar")
+# Ended jobs are kept this long for the spans of other threads that began in them.
+KEEP_JOBS_NS = 60 * 1_000_000_000
+EVERY_JOB = -1  # a frame for every open job (frames() says which job each frame is for)
+
+
+@dataclass
+class _Ring:
+    pid: int
+    inode: int
+    path: str
+    mm: mmap.mmap
+    reader: spanring.RingReader
+
+
+@dataclass
+class Batch:
+    """Completed records of one process, and the threads it named since the last drain."""
+
+    pid: int
+    records: list[protocol.SpanRecord]
+    threads: list[tuple[int, str]]
+
+
+class Rings:
+    def __init__(self, directory: str, worker_pid: int) -> None:
+        self.dir = directory
+        self.worker = worker_pid
+        self.jobs = spanring.Jobs()
+        self.rings: dict[tuple[int, int], _Ring] = {}  # (pid, inode) -> ring
+        self._index = 1  # the worker's own ring is 0: its span ids match the worker's own reads
+        self._retired_lost = 0
+        self._lost_said = 0
+        self._broken: set[tuple[int, int]] = set()
+        self._noted: set[str] = set()
+        self.errors: list[str] = []
+        self.scan()
+
+    @property
+    def lost(self) -> int:
+        """Records overwritten before they were read, over every ring so far."""
+        return self._retired_lost + sum(r.reader.lost for r in self.rings.values())
+
+    def scan(self) -> dict[tuple[int, int], int]:
+        """Open rings made since the last scan; the write counter of each ring now."""
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            names = []
+        for name in names:
+            if not name.endswith(".ring") or not name[:-5].isdigit():
+                continue
+            path = os.path.join(self.dir, name)
+            try:
+                inode = os.stat(path).st_ino
+            except OSError:
+                continue
+            key = (int(name[:-5]), inode)
+            if key not in self.rings and key not in self._broken:
+                self._open(key, path)
+        return {key: ring.reader.counter for key, ring in self.rings.items()}
+
+    def _open(self, key: tuple[int, int], path: str) -> None:
+        pid = key[0]
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                mm = mmap.mmap(fd, 0)
+            finally:
+                os.close(fd)
+        except (OSError, ValueError) as err:
+            self._broken.add(key)
+            self.errors.append(f"span ring of pid {pid}: {err}")
+            return
+        index = 0 if pid == self.worker else self._index
+        try:
+            reader = spanring.RingReader(mm, pid, index)
+        except spanring.RingError as err:
+            mm.close()
+            self._broken.add(key)
+            self.errors.append(f"span ring of pid {pid}: {err}")
+            return
+        if pid != self.worker:
+            self._index += 1
+        self.rings[key] = _Ring(pid, key[1], path, mm, reader)
+
+    def drain(self, upto: dict[tuple[int, int], int] | None, final: bool,
+              now_ns: int) -> list[Batch]:
+        """What completed in each ring (up to the counters `upto`, taken before the caller
+        learnt of the jobs they may belong to). A ring whose process is gone, and at `final`
+        every ring, is read to its end and closed: its open spans end at now_ns, cut short."""
+        out = []
+        for key, ring in list(self.rings.items()):
+            gone = final or (ring.pid != self.worker and not _alive(ring.pid, ring.path, ring.inode))
+            limit = None if upto is None else upto.get(key)
+            records = ring.reader.read(self.jobs, limit, final=gone, now_ns=now_ns)
+            threads, ring.reader.threads = ring.reader.threads, []
+            if records or threads:
+                out.append(Batch(ring.pid, records, threads))
+            if gone:
+                self._retire(key)
+        self.jobs.prune(now_ns - KEEP_JOBS_NS)
+        return out
+
+    def frames(self, upto: dict[tuple[int, int], int] | None, final: bool,
+               now_ns: int) -> Iterator[tuple[str, dict[str, Any], int | None]]:
+        """drain() as driver frames: (kind, body, the job it belongs to: None for none, or
+        EVERY_JOB). One spans or mark frame per process and job, split to stay far below the
+        frame size cap; the running count of lost records to every open job when it moves."""
+        step = protocol.MAX_RECORDS_PER_FRAME
+        for batch in self.drain(upto, final, now_ns):
+            groups: dict[tuple[int, int | None], list[protocol.SpanRecord]] = {}
+            for r in batch.records:
+                groups.setdefault((r.kind, r.job), []).append(r)
+            threads = [list(t) for t in batch.threads]
+            for (rtype, job), records in groups.items():
+                kind = protocol.MARK if rtype == protocol.RECORD_MARK else protocol.SPANS
+                for i in range(0, len(records), step):
+                    yield kind, {"pid": batch.pid, "records": records[i:i + step],
+                                 "threads": threads if i == 0 else []}, job
+            if threads and not groups:
+                yield protocol.SPANS, {"pid": batch.pid, "records": [], "threads": threads}, EVERY_JOB
+        notes = self.notes()
+        if notes or self.lost != self._lost_said:
+            self._lost_said = self.lost
+            yield protocol.SPANS, {"pid": self.worker, "records": [], "spans_lost": self.lost,
+                                   "notes": notes}, EVERY_JOB
+
+    def notes(self) -> list[str]:
+        """What the rings could not hold, said once each."""
+        new = []
+        if self.lost:
+            new.append("span ring full: records were overwritten before the sidecar read them "
+                       "(spans_lost counts them; raise ring_records / WORKERSCOPE_RING_RECORDS)")
+        for ring in self.rings.values():
+            names, extras = ring.reader.dropped
+            if names:
+                new.append("span ring: the names table is full; later names show as not recorded")
+            if extras:
+                new.append("span ring: attributes or exception texts did not fit and were left out")
+        new.extend(f"span ring: {e}" for e in self.errors)
+        out = [n for n in dict.fromkeys(new) if n not in self._noted]
+        self._noted.update(out)
+        return out
+
+    def _retire(self, key: tuple[int, int]) -> None:
+        ring = self.rings.pop(key)
+        self._retired_lost += ring.reader.lost
+        ring.reader.close()
+        ring.mm.close()
+        if ring.pid != self.worker:
+            try:
+                if os.stat(ring.path).st_ino == ring.inode:
+                    os.unlink(ring.path)
+            except OSError:
+                pass  # replaced or removed already: a new process with that pid has its own
+
+    def close(self) -> None:
+        """Unmap every ring and remove the directory."""
+        for key in list(self.rings):
+            self._retire(key)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _alive(pid: int, path: str, inode: int) -> bool:
+    """Whether the process that writes this ring may still write to it: it exists, is not a
+    zombie, and its ring file was not replaced by a new process with the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        if os.stat(path).st_ino != inode:
+            return False
+    except OSError:
+        return False
+    return data[data.rfind(b")") + 2:][:1] not in (b"Z", b"X")
