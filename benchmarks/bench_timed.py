@@ -1,6 +1,7 @@
 """Cost per call of `@timed` and `span()`, off and under an active monitor, against baselines.
 
-    python benchmarks/bench_timed.py
+    python benchmarks/bench_timed.py            # the C fast path, if it was built
+    WORKERSCOPE_PURE_PYTHON=1 python benchmarks/bench_timed.py   # the pure-Python writer
 
 Baselines in the same run: an empty loop (its cost is subtracted to give the "net" column), a
 bare call of the undecorated function, and a minimal hand-written decorator and context manager
@@ -8,10 +9,13 @@ that do what any span recorder must: two perf_counter_ns() calls and a list.appe
 Each case is timed with perf_counter_ns over N iterations; the best of REPEATS runs is kept.
 The garbage collector stays on, as in a real worker.
 
-"monitor active" runs each repeat inside its own `with workerscope.monitor(interval=1.0)`: the
-spans go to the in-process buffer and a flusher thread ships them to the sidecar while the loop
-runs, so the flusher's share of the GIL and the sidecar's share of the CPUs are in the figure.
-The time `monitor()` takes at exit to bring the N spans back as a Timeline is printed apart.
+"monitor active" runs each repeat inside its own `with workerscope.monitor(interval=1.0)`:
+each span is a record written into the process's span ring (shared memory) when it begins,
+its end patched in when it ends, while the sidecar reads the ring every 50 ms from its own
+process; so the sidecar's share of the CPUs is in the figure. The ring is sized to hold the
+N spans of a repeat (WORKERSCOPE_RING_RECORDS), so the count of spans that come back checks
+that none was lost. The time `monitor()` takes at exit to bring them back as a Timeline (the
+sidecar reads what is left in the ring, then the frames come back) is printed apart.
 """
 
 from __future__ import annotations
@@ -22,19 +26,23 @@ import sys
 import time
 from typing import Any, Callable
 
-# A WORKERSCOPE_* variable in the caller's environment would change what is measured.
+# A WORKERSCOPE_* variable in the caller's environment would change what is measured
+# (WORKERSCOPE_PURE_PYTHON, which picks the writer, is the one kept).
 for _var in [v for v in os.environ if v.startswith("WORKERSCOPE_")]:
-    del os.environ[_var]
+    if _var != "WORKERSCOPE_PURE_PYTHON":
+        del os.environ[_var]
 
 import psutil  # noqa: E402
 
 import workerscope  # noqa: E402
+from workerscope.worker import recorder  # noqa: E402
 from workerscope.worker.link import close_all  # noqa: E402
 
 N = 200_000
 REPEATS = 5
 NAME = "x"
-SETTLE_S = 1.0
+# Room in the ring for every span of a repeat, so none is overwritten before it is read.
+os.environ["WORKERSCOPE_RING_RECORDS"] = str(1 << (N - 1).bit_length())
 
 
 def noop() -> None:
@@ -116,10 +124,6 @@ def best_of_monitored(run: Callable[[int], None], label: str) -> tuple[float, fl
     for _ in range(REPEATS):
         with workerscope.monitor(interval=1.0) as m:
             best = min(best, time_once(run))
-            # Let the flusher thread ship what is left, so the exit time below is the timeline's
-            # round trip alone, not a last drain of up to flush_interval's worth of spans.
-            # (Before f9fcf9a the pause also kept clear of a race between the two drains.)
-            time.sleep(SETTLE_S)
             t_exit = time.perf_counter()
         slowest_exit = max(slowest_exit, time.perf_counter() - t_exit)
         got = sum(1 for s in m.timeline.spans if s.name == label) if m.timeline else 0
@@ -159,8 +163,9 @@ def main() -> int:
         ('with span("x"): pass, no monitor', span_off, minimal_cm),
         ('with span("x"): pass, monitor active', span_on, minimal_cm),
     ]
+    writer = "C fast path" if recorder.fast is not None else "pure-Python writer"
     print(f"workerscope {workerscope.__version__}, Python {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs; {N} iterations, best of {REPEATS}, gc on")
+          f"{os.cpu_count()} CPUs; {N} iterations, best of {REPEATS}, gc on; {writer}")
     print()
     print(f"{'case':<48} {'ns/iter':>9} {'net ns':>9} {'net / minimal':>14}")
     print("-" * 83)
