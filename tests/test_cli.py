@@ -7,7 +7,7 @@ import subprocess
 import sys
 from collections import defaultdict
 
-from conftest import burn_code, python_script, run_cli
+from helpers import burn_code, python_script, run_cli
 from jobs import job
 
 from workerscope import load, profiled
@@ -19,9 +19,18 @@ def chrome_events(path):
     return data["traceEvents"]
 
 
+def tree_series(events):
+    """The tree's counters in a Chrome trace, as (ts in us, {metric: value}) in time order."""
+    by_ts = defaultdict(dict)
+    for e in events:
+        if e["ph"] == "C" and e["name"].startswith("tree."):
+            by_ts[e["ts"]][e["name"][len("tree."):]] = e["args"]["value"]
+    return sorted(by_ts.items())
+
+
 def test_run_samples_whole_tree(clean_env, tmp_path):
-    """`run` on a command whose 2 children each burn a core: counters for all 3 pids, and the
-    tree reaches at least 150 % CPU."""
+    """`run` on a command whose 2 children each burn 2 s of CPU: counters for all 3 pids, the
+    tree's CPU time holds both children's, and its CPU % adds up to that time."""
     out = tmp_path / "t.json"
     code = f"""
         import subprocess, sys
@@ -42,8 +51,19 @@ def test_run_samples_whole_tree(clean_env, tmp_path):
     assert len(counters) == 3
     for pid in kid_pids:
         assert "proc.cpu_percent" in counters[pid] and "proc.rss_bytes" in counters[pid]
-    tree_cpu = [e["args"]["value"] for e in events if e["name"] == "tree.cpu_percent"]
-    assert max(tree_cpu) >= 150
+    tree = tree_series(events)
+    cpu_s = [v.get("cpu_user_s", 0) + v.get("cpu_system_s", 0) for _, v in tree]
+    # 4 s burned, plus three interpreters' start-up; one child alone would be ~2 s.
+    assert 4.0 <= cpu_s[-1] <= 5.0, cpu_s[-1]
+    # Each cpu_percent is the rate since the previous one (or since the first sample), so over
+    # the run they add up to the CPU time gained: whatever share of the cores the load left.
+    added, since, gained = 0.0, tree[0][0], 0.0
+    for (t, v), total in zip(tree, cpu_s, strict=True):
+        if "cpu_percent" in v:
+            added += v["cpu_percent"] / 100 * (t - since) / 1e6
+            since, gained = t, total - cpu_s[0]
+    # The sidecar starts alongside the command, so some burning may precede its first sample.
+    assert gained >= 2.0 and abs(added - gained) <= 0.02 * gained, (added, gained)
     assert "wrote" in r.stderr
 
 
@@ -108,8 +128,8 @@ def test_demo_writes_trace_with_three_or_more_pids(clean_env, tmp_path):
 
 
 def test_attach_to_a_running_tree(clean_env, tmp_path):
-    """`attach PID` samples a tree that was already running, its children included, until the
-    process exits."""
+    """`attach PID` samples a tree that was already running, its children and their CPU time
+    included, until the process exits."""
     out = tmp_path / "a.wsc"
     target = subprocess.Popen(python_script(f"""
         import subprocess, sys
@@ -139,8 +159,11 @@ def test_attach_to_a_running_tree(clean_env, tmp_path):
     assert {target.pid, kid} <= pids
     (job,) = t.jobs
     assert job.name.startswith(f"attach {target.pid}")
-    tree = [s.values for s in t.samples if s.scope == "tree"]
-    assert max(v.get("cpu_percent", 0) for v in tree) > 50
+    tree = [s.values["cpu_user_s"] + s.values["cpu_system_s"] for s in t.samples
+            if s.scope == "tree" and "cpu_user_s" in s.values]
+    # The child's 0.6 s of CPU, less what it burned after its last sample (one 0.1 s tick);
+    # without it the tree has only the parent's start-up, well under 0.1 s.
+    assert max(tree) >= 0.5, tree
 
 
 def test_attach_to_nothing_is_a_clear_error():

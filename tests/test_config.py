@@ -11,6 +11,7 @@ from workerscope.errors import ConfigError
 
 def test_defaults(clean_env):
     """With nothing given, mode is light and the interval one second."""
+    clean_env.delenv("WORKERSCOPE_BYE_TIMEOUT", raising=False)  # conftest.TEST_ENV sets it
     assert resolve() == Config()
     assert resolve().mode == "light" and resolve().interval == 1.0
 

@@ -12,6 +12,7 @@ from jobs import job
 from workerscope import Subscriber, profiled
 
 
+@pytest.mark.engines
 @pytest.mark.parametrize("start_method", ["spawn", "fork"])
 def test_pool_of_two_runs_six_heavy_jobs(clean_env, start_method):
     """6 calls over 2 workers: all jobs end at the driver, nothing lost, 12 inner + 6 job spans."""

@@ -7,7 +7,8 @@ import subprocess
 import sys
 import time
 
-from conftest import burn_code, python_script
+import pytest
+from helpers import burn_code, python_script
 
 from workerscope.sidecar.tree import ProcessTree
 
@@ -38,8 +39,10 @@ def test_grandchildren_found_and_self_excluded():
     assert parent.pid in gone and grandkid in gone
 
 
+@pytest.mark.accuracy
 def test_cpu_of_exited_children_still_counted():
-    """Children that burn CPU and exit between two readings still add to tree CPU time."""
+    """Children that burn 0.2 s of CPU each and exit between two readings still add it all
+    to tree CPU time."""
     tree = ProcessTree(os.getpid())
     tree.discover()
     before, _ = tree.read(time.monotonic_ns())
@@ -49,7 +52,7 @@ def test_cpu_of_exited_children_still_counted():
     after, _ = tree.read(time.monotonic_ns())
     gained = (after["cpu_user_s"] + after["cpu_system_s"]) - (
         before["cpu_user_s"] + before["cpu_system_s"])
-    assert gained >= 0.55, gained
+    assert gained >= 0.6, gained
 
 
 def test_member_vanishing_mid_read_is_normal():
