@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,10 @@ from . import recorder as spans
 
 START_TIMEOUT = 30.0
 REPLY_TIMEOUT = 30.0
+# How long one write to the sidecar may wait for room in the pipe. A sidecar stopped by SIGSTOP
+# (a debugger, a frozen container) stops reading; past this the link gives up and the job goes
+# on unmonitored, instead of blocking for ever with the link's lock held.
+WRITE_TIMEOUT = 5.0
 
 
 class SidecarLink:
@@ -90,6 +95,11 @@ class SidecarLink:
         ours, theirs = socket.socketpair()
         # Room for bursts of job edges while the sidecar is busy sampling.
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        # The kernel's own send timeout: it holds whatever Python's socket timeout is at the
+        # moment (the reply reader changes that one while it waits).
+        seconds = int(WRITE_TIMEOUT)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                        struct.pack("ll", seconds, int((WRITE_TIMEOUT - seconds) * 1e6)))
         # Arguments carry only the pipe; the settings go in the hello (handshake).
         cmd = [sys.executable, "-m", "workerscope.sidecar", "--fd", str(theirs.fileno())]
         try:
@@ -180,6 +190,11 @@ class SidecarLink:
         try:
             # MSG_NOSIGNAL: a dead sidecar must not SIGPIPE a worker that restored SIG_DFL.
             self._sock.sendall(data, socket.MSG_NOSIGNAL)
+        except (BlockingIOError, TimeoutError) as err:
+            # Part of a message may be in the pipe: the stream is broken, the link done.
+            self.dead = True
+            raise SidecarError(f"the sidecar took nothing for {WRITE_TIMEOUT:g} s (stopped or "
+                               "frozen?); the job goes on unmonitored") from err
         except OSError as err:
             self.dead = True
             raise SidecarError(f"the sidecar is gone ({err})") from err

@@ -1,0 +1,38 @@
+"""A sidecar stopped by SIGSTOP (a debugger, a frozen container, memory pressure) must never
+hold up the job it watches: the worker's writes to it give up, and the job goes on."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from workerscope import profiled
+from workerscope.worker import link as launcher
+from workerscope.worker.link import WRITE_TIMEOUT
+
+
+def tiny(i):
+    return i
+
+
+def test_jobs_go_on_when_the_sidecar_is_stopped(clean_env):
+    """With its sidecar stopped, a worker runs 50,000 heavy jobs (far more than the pipe
+    holds) to the end, in bounded time, and gets every result."""
+    wrapped = profiled(tiny, mode="heavy", interval=0.05)
+    assert wrapped(0) == 0  # the sidecar is up
+    (link,) = launcher._links.values()
+    sidecar = link.proc
+    sidecar.send_signal(signal.SIGSTOP)
+    results: list[int] = []
+    worker = threading.Thread(target=lambda: results.extend(wrapped(i) for i in range(50_000)))
+    try:
+        worker.start()
+        # Generous: the writes give up after WRITE_TIMEOUT; the rest is the jobs themselves.
+        worker.join(timeout=WRITE_TIMEOUT + 120)
+        assert not worker.is_alive(), "the job is blocked on its stopped sidecar"
+        assert results == list(range(50_000))
+    finally:
+        sidecar.send_signal(signal.SIGCONT)
+        launcher.close_all(wait=True)
+        worker.join()
+    sidecar.wait(timeout=30)
