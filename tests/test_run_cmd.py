@@ -65,3 +65,46 @@ def test_run_writes_a_png(clean_env, tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+ATTACHED = """
+import multiprocessing, time
+from workerscope import span, timed
+
+@timed
+def step(i):
+    time.sleep(0.01)
+    return i
+
+def child():
+    step(100)
+
+if __name__ == "__main__":
+    for i in range(3):
+        step(i)
+    with span("outer"):
+        step(3)
+    p = multiprocessing.get_context("fork").Process(target=child)
+    p.start()
+    p.join()
+"""
+
+
+def test_run_records_the_spans_of_the_commands_python_processes(clean_env, tmp_path):
+    """`run -- python script.py` records the script's @timed and span() spans, and those of
+    a child it forks, with no code change beyond the decorators."""
+    script = tmp_path / "job.py"
+    script.write_text(ATTACHED)
+    out = tmp_path / "t.wsc"
+    r = subprocess.run([sys.executable, "-m", "workerscope", "run", "--interval", "0.05", "-o",
+                        str(out), "--", sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    t = load(out)
+    steps = [s for s in t.spans if s.name.endswith("step")]
+    assert len(steps) == 5, sorted(s.name for s in t.spans)
+    (job,) = t.jobs
+    assert all(s.job == job.id for s in steps)
+    outer = next(s for s in t.spans if s.name == "outer")
+    assert sum(s.parent == outer.id for s in steps) == 1
+    assert len({s.pid for s in steps}) == 2, "the forked child's span is there too"

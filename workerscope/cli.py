@@ -93,12 +93,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     link: SidecarLink | None = None
     try:
         starting = SidecarLink(config)
+        starting.make_ring()  # the directory the command's Python processes record into
         starting.spawn()  # its start-up overlaps the command's
         link = starting
     except WorkerscopeError as err:
         print(f"workerscope: sampling off: {err}", file=sys.stderr)
     try:
-        child = subprocess.Popen(args.cmd)
+        env = None
+        if link is not None and link.rings is not None:
+            env = dict(os.environ, WORKERSCOPE_RINGS=link.rings)
+        started = time.monotonic_ns()
+        child = subprocess.Popen(args.cmd, env=env)
     except OSError as err:
         if link is not None:
             link.close(wait=True)
@@ -112,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if link is not None:
             try:
                 link.handshake(child.pid)
-                link.job_start(1, job_name(args.cmd), None)
+                link.job_start(1, job_name(args.cmd), None, pid=child.pid, t=started)
             except WorkerscopeError as err:
                 print(f"workerscope: sampling off: {err}", file=sys.stderr)
                 link = None

@@ -100,6 +100,7 @@ class Sidecar:
         # The worker's span rings (from its hello), and pipe messages read but not yet handled.
         self.rings: Rings | None = None
         self.next_drain = 0
+        self.first_job_pending = True
         self.pending: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
         self.pipe_broken = False
 
@@ -232,6 +233,7 @@ class Sidecar:
             self.rings.jobs.start(job.job, int(body.get("pid", self.target)),
                                   None if tid is None else int(tid),
                                   int(body.get("t", time.monotonic_ns())))
+        self.first_job_pending = False
         first = not self.jobs
         if first:
             # Per-job peaks in a warm worker: the kernel's high-water marks restart now.
@@ -263,7 +265,10 @@ class Sidecar:
         job_start was read, and are read only once the job is known. final: the worker is
         gone; open spans end at `now`, cut short, and the rings are removed."""
         rings = self.rings
-        if rings is None:
+        if rings is None or (not final and self.first_job_pending):
+            # Before the first job_start nothing read could be given its job: under
+            # `workerscope run` the command records from its first import, before the job
+            # is announced. What waits stays in the rings.
             return
         upto = rings.scan()
         if not final:

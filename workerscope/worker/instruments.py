@@ -298,6 +298,7 @@ span: Callable[..., Any] = rec.fast.span if rec.fast is not None else _py_span
 rec.set_async_span(_AsyncSpan)
 if rec.fast is not None:
     rec.fast.set_reduce(_reduce_timed)
+rec.attach_from_environment()  # under `workerscope run`: record from the start
 
 
 # -- mark() ----------------------------------------------------------------------------------------

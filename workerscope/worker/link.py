@@ -160,11 +160,15 @@ class SidecarLink:
         return not self.dead and self.proc is not None and self.proc.poll() is None
 
     # -- jobs --------------------------------------------------------------------------------
-    def job_start(self, job: int, name: str, out: str | None, keep: bool = True) -> None:
-        """keep: the sidecar keeps the job's frames for job_end(want_timeline=True) or `out`."""
+    def job_start(self, job: int, name: str, out: str | None, keep: bool = True,
+                  pid: int | None = None, t: int | None = None) -> None:
+        """keep: the sidecar keeps the job's frames for job_end(want_timeline=True) or `out`.
+        pid and t: a job run by another process (`workerscope run`'s command), from when."""
         self._write(protocol.encode_pipe(protocol.JOB_START, {
-            "job": job, "name": name, "out": out, "keep": keep, "t": time.monotonic_ns(),
-            "pid": os.getpid(), "tid": threading.get_native_id(),
+            "job": job, "name": name, "out": out, "keep": keep,
+            "t": time.monotonic_ns() if t is None else t,
+            "pid": os.getpid() if pid is None else pid,
+            "tid": threading.get_native_id() if pid is None else pid,
         }))
 
     def job_end(self, job: int, status: str, error: str | None, want_timeline: bool) -> list[bytes] | None:
