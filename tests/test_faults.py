@@ -12,7 +12,7 @@ import threading
 import time
 
 import zmq
-from conftest import python_script
+from helpers import python_script
 from jobs import job, load_rows
 
 from workerscope import Subscriber, load, monitor, profiled, protocol

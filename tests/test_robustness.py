@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 import zmq
-from conftest import python_script, run_cli
+from helpers import python_script, run_cli
 from jobs import load_rows
 
 from workerscope import Subscriber, load, monitor, profiled, protocol, span, timed
