@@ -93,7 +93,7 @@ def test_profiled_survives_sidecar_death_and_restarts_it(clean_env, tmp_path):
     assert "lost-{job}.wsc" not in files, "the placeholder is filled in by the worker too"
     lost = [load(tmp_path / f) for f in files]
     statuses = sorted(next(iter(t.workers.values())).status for t in lost)
-    assert statuses == ["running", "sidecar_lost"]
+    assert statuses == ["idle", "sidecar_lost"]
     crunched = [t for t in lost if next(iter(t.workers.values())).status == "sidecar_lost"][0]
     assert {"load_rows", "crunch"} <= {s.name for s in crunched.spans}
     assert wrapped(5) == job(5)

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from workerscope import monitor
@@ -130,3 +131,89 @@ def test_no_nvml_library_at_all(clean_env):
     if not any("Shared Library Not Found" in n for n in w.notes):
         pytest.skip("this machine has a real NVML library")
     assert [s for s in m.timeline.samples if s.scope == "tree"]
+
+
+# A worker in a pid namespace of its own: prints its pid and its child's as it sees them, waits
+# for "go", then runs one monitored job until "done".
+NS_WORKER = """
+import subprocess, sys
+from workerscope import monitor
+child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                         stdin=subprocess.PIPE)
+import os
+print(os.getpid(), child.pid, flush=True)
+sys.stdin.readline()
+with monitor(interval=0.1, endpoint=sys.argv[1]):
+    sys.stdin.readline()
+child.stdin.close()
+child.wait()
+"""
+
+
+def _nspid(pid):
+    with open(f"/proc/{pid}/status") as f:
+        line = next(x for x in f if x.startswith("NSpid:"))
+    return [int(x) for x in line.split()[1:]]
+
+
+def test_host_pids_mapped_through_nspid_in_a_pid_namespace(fake_nvml, samples, tmp_path):
+    """A worker, its child and its sidecar in a pid namespace of their own, with the host's
+    /proc mounted inside as containers mount it (-v /proc:/host/proc): NVML's host pids are
+    mapped through NSpid to the pids the sidecar sees, so GPU memory and SM use land on the
+    right tree process; the host's pid 1 is nobody in the tree."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare(1) is not installed")
+    fake_nvml(f"device 55 {3000 * MB} {80000 * MB} 250000 61 1755 -\n")
+    host_proc = tmp_path / "hostproc"
+    host_proc.mkdir()
+    # A private mount namespace holds the bind of the host's /proc; inside it, a pid namespace
+    # with its own /proc (unshare --mount-proc) runs the worker.
+    script = ('mount --bind /proc "$2" && '
+              'exec unshare --pid --fork --mount-proc "$3" -c "$0" "$1"')
+    outer = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                              script, NS_WORKER, samples.endpoint, str(host_proc),
+                              sys.executable],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        line = outer.stdout.readline()
+        if not line:
+            err = outer.stderr.read()
+            if "Operation not permitted" in err or "unshare failed" in err or "mount" in err:
+                pytest.skip(f"no pid or mount namespace here: {err.strip()}")
+            raise AssertionError(err)
+        worker, child = (int(x) for x in line.split())
+        # The host's pids of the two, as NVML would report them.
+        host = {}
+        for p in psutil.Process(outer.pid).children(recursive=True):
+            nspid = _nspid(p.pid)
+            if len(nspid) == 2 and nspid[1] in (worker, child):
+                host[nspid[1]] = nspid[0]
+        assert set(host) == {worker, child} and host[worker] != worker
+        fake_nvml(f"device 55 {3000 * MB} {80000 * MB} 250000 61 1755 -\n"
+                  f"proc 0 {host[worker]} {500 * MB} c 40\n"
+                  f"proc 0 {host[child]} {100 * MB} g 7\n"
+                  f"proc 0 1 {999 * MB} c 30\n")
+        outer.stdin.write("go\n")
+        outer.stdin.flush()
+        samples.wait(5)
+        outer.stdin.write("done\n")
+        outer.stdin.flush()
+        assert samples.sub.wait(jobs=1, timeout=30)
+    finally:
+        outer.stdin.close()
+        outer.wait(timeout=30)
+        outer.stdout.close()
+        outer.stderr.close()
+    t = samples.sub.timeline()
+    procs = {}
+    for s in t.samples:
+        if s.scope == "proc" and "gpu_mem_bytes" in s.values:
+            procs[s.pid] = s.values
+    assert procs[worker]["gpu_mem_bytes"] == 500 * MB
+    assert procs[worker]["gpu_util_percent"] == 40
+    assert procs[child]["gpu_mem_bytes"] == 100 * MB
+    tree = [s.values for s in t.samples if s.scope == "tree" and "gpu_mem_bytes" in s.values]
+    assert tree[-1]["gpu_mem_bytes"] == 600 * MB, "the host's pid 1 is not in the tree"
+    (w,) = t.workers.values()
+    assert not any("cannot be matched" in n for n in w.notes)
