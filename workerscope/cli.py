@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from . import protocol
 from .config import resolve
 from .errors import WorkerscopeError
+from .export import files as _files  # noqa: F401 - registers the formats -o may name
 from .export.units import fmt_bytes, fmt_percent
 from .protocol import Status
 from .timeline import Timeline, check_output_path

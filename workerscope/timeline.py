@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,9 +101,12 @@ class Mark:
 class Sample:
     worker: str
     t_ns: int
-    scope: str  # proc | tree | host
-    pid: int | None  # the process for proc, the tree's root for tree, None for host
+    scope: str  # proc | tree | host | gpu<i> | thread | sidecar
+    # the process for proc (and the thread's process for thread), the tree's root for tree
+    # and sidecar (the cost of monitoring that tree), None for host and gpu<i>
+    pid: int | None
     values: dict[str, float]
+    tid: int | None = None  # the thread, for thread; last, with a default: older .wsc rows load
 
 
 @dataclass
@@ -194,7 +196,9 @@ class Timeline:
             "jobs": [_row(j, _JOB_FIELDS) for j in self.jobs],
             "spans": [_row(s, _SPAN_FIELDS) for s in self.spans],
             "marks": [_row(m, _MARK_FIELDS) for m in self.marks],
-            "samples": [(s.worker, s.t_ns, s.scope, s.pid, s.values) for s in self.samples],
+            "samples": [(s.worker, s.t_ns, s.scope, s.pid, s.values) if s.tid is None
+                        else (s.worker, s.t_ns, s.scope, s.pid, s.values, s.tid)
+                        for s in self.samples],
             "processes": [[w, pid, name] for (w, pid), name in self.processes.items()],
             "threads": [[w, pid, tid, name] for (w, pid, tid), name in self.threads.items()],
         }
@@ -309,6 +313,8 @@ def is_straggler(value: float, peers: Sequence[float], factor: float = STRAGGLER
     and there are at least STRAGGLER_MIN_PEERS of them."""
     if len(peers) < STRAGGLER_MIN_PEERS:
         return False
+    import statistics  # here: it costs ~5 ms of imports (fractions, decimal) at start-up
+
     median = statistics.median(peers)
     return median > 0 and value > factor * median
 

@@ -6,11 +6,18 @@ each edge of the span, so a span longer than a couple of intervals gets its own 
 kernel's RSS high-water mark (VmHWM, sampled as peak_rss_bytes) catches a peak that fell
 between two samples. Shorter spans than the interval get the rate of the interval they sit in:
 the numbers are estimates, and say so in their names (`_s`, `_bytes`, never exact counters).
+
+A span's `cpu_s` is its process's CPU, unless a span in another thread of the same process
+overlaps it (jobs count against jobs, spans against spans): then the process's CPU is not
+this span's, and where the sidecar read the span's own thread (scope `thread`) it is that
+thread's CPU. Alone in its process, a span keeps the whole process's CPU, so the threads it
+starts (a BLAS pool, say) count for it. `tree_cpu_s` is always the whole tree's.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -78,15 +85,51 @@ def _cpu(v: dict[str, float]) -> float | None:
     return None
 
 
+def _concurrent(spans: list[Span]) -> set[tuple[str, int, int]]:
+    """(worker, pid, id) of each span that overlaps, in time, a span of the same kind (job or
+    not) in another thread of its process: one sweep over the spans in start order."""
+    groups: dict[tuple[str, int, bool], list[Span]] = {}
+    for s in spans:
+        groups.setdefault((s.worker, s.pid, s.kind == "job"), []).append(s)
+    out: set[tuple[str, int, int]] = set()
+    for group in groups.values():
+        if len({s.tid for s in group}) < 2:
+            continue  # one thread: nothing runs beside it (the common case)
+        group.sort(key=lambda s: s.start_ns)
+        ends: list[tuple[int, int]] = []  # heap of (end, index) of the spans open now
+        open_in: dict[int, int] = {}  # tid -> spans open now
+        unmarked: dict[int, list[int]] = {}  # tid -> open spans not yet found concurrent
+        marked = [False] * len(group)
+        for i, s in enumerate(group):
+            while ends and ends[0][0] <= s.start_ns:
+                open_in[group[heapq.heappop(ends)[1]].tid] -= 1
+            if len(ends) > open_in.get(s.tid, 0):  # a span of another thread is open
+                marked[i] = True
+                for tid, waiting in unmarked.items():
+                    if tid != s.tid:
+                        for j in waiting:
+                            marked[j] = marked[j] or group[j].end_ns > s.start_ns
+                        waiting.clear()
+            else:
+                unmarked.setdefault(s.tid, []).append(i)
+            heapq.heappush(ends, (s.end_ns, i))
+            open_in[s.tid] = open_in.get(s.tid, 0) + 1
+        out.update((s.worker, s.pid, s.id) for s, m in zip(group, marked, strict=True) if m)
+    return out
+
+
 def attribute(t: Timeline) -> Attribution:
     """(worker, pid, span id) -> estimates of what ran during the span."""
     by_proc: dict[tuple[str, int], list[tuple[int, dict[str, float]]]] = {}
     by_tree: dict[str, list[tuple[int, dict[str, float]]]] = {}
+    by_thread: dict[tuple[str, int, int], list[tuple[int, dict[str, float]]]] = {}
     for s in t.samples:
         if s.scope == "proc" and s.pid is not None:
             by_proc.setdefault((s.worker, s.pid), []).append((s.t_ns, s.values))
         elif s.scope == "tree":
             by_tree.setdefault(s.worker, []).append((s.t_ns, s.values))
+        elif s.scope == "thread" and s.pid is not None and s.tid is not None:
+            by_thread.setdefault((s.worker, s.pid, s.tid), []).append((s.t_ns, s.values))
     cache: dict[tuple[Any, ...], dict[str, _Series]] = {}
 
     def proc_series(worker: str, pid: int) -> dict[str, _Series]:
@@ -108,10 +151,23 @@ def attribute(t: Timeline) -> Attribution:
             cache[key] = {"cpu": _series(rows, _cpu)}
         return cache[key]
 
+    thread_cpu: dict[tuple[str, int, int], _Series] = {}
     out: Attribution = {}
+    beside = _concurrent(t.spans) if by_thread else set()
     for span in t.spans:
-        out[(span.worker, span.pid, span.id)] = _one(span, proc_series(span.worker, span.pid),
-                                                    tree_series(span.worker))
+        key = (span.worker, span.pid, span.id)
+        out[key] = _one(span, proc_series(span.worker, span.pid), tree_series(span.worker))
+        thread = (span.worker, span.pid, span.tid)
+        if key in beside and thread in by_thread:
+            if thread not in thread_cpu:
+                thread_cpu[thread] = _series(sorted(by_thread[thread], key=lambda r: r[0]), _cpu)
+            cpu = thread_cpu[thread]
+            # Only a thread read across the span tells its CPU (a thread first seen after
+            # the span ended does not): else the process's stays, as before.
+            if cpu.times and cpu.times[0] <= span.end_ns and cpu.times[-1] >= span.start_ns:
+                d = _delta(cpu, span.start_ns, span.end_ns)
+                if d is not None:
+                    out[key]["cpu_s"] = d
     return out
 
 

@@ -52,11 +52,18 @@ class Aggregator:
         if len(bodies) == 1:
             return bodies[0]
         out: dict[str, Any] = {"t": bodies[-1]["t"], "n": len(bodies)}
-        for scope in ("tree", "host"):
+        for scope in ("tree", "host", "sidecar"):
             out[scope] = _combine([b.get(scope) or {} for b in bodies])
         out["procs"] = _combine_keyed([b.get("procs") or [] for b in bodies])
         if any("gpus" in b for b in bodies):
             out["gpus"] = _combine_keyed([b.get("gpus") or [] for b in bodies])
+        if any("threads" in b for b in bodies):
+            rows = [row for b in bodies for row in b.get("threads") or []]
+            threads = _combine_keyed([[[(r[0], r[1]), r[2]] for r in b.get("threads") or []]
+                                      for b in bodies])
+            starts = {(r[0], r[1]): r[3] for r in rows if len(r) > 3}  # a thread's start
+            out["threads"] = [[pid, tid, v, *([starts[(pid, tid)]] if (pid, tid) in starts else [])]
+                              for (pid, tid), v in threads]
         for key in ("new", "gone", "notes"):
             items = [x for b in bodies for x in b.get(key, ())]
             if items:

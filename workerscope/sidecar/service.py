@@ -13,25 +13,27 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import select
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any
-
-import zmq
+from typing import TYPE_CHECKING, Any
 
 from .. import protocol
 from ..config import Config, config_from_dict
 from ..errors import ConfigError, ProtocolError, WorkerscopeError
 from ..procfs import boot_id, net_namespace, read_net_dev
 from ..protocol import Status
-from ..transport import Outbox
 from .aggregate import Aggregator
 from .death import DeathWatch
 from .gpu import GpuSampler
 from .host import HostSampler
 from .rings import EVERY_JOB, Rings
+from .selfcost import SelfCost
 from .tree import ProcessTree
+
+if TYPE_CHECKING:
+    from ..transport import Outbox
 
 log = logging.getLogger("workerscope.sidecar")
 HELLO_TIMEOUT = 30.0
@@ -52,6 +54,8 @@ METRICS = {
              "cgroup_mem_limit_bytes", "cgroup_mem_used_bytes", "net_sent_bytes",
              "net_recv_bytes", "net_sent_packets", "net_recv_packets", "disk_read_bytes",
              "disk_write_bytes", "load_1m", "load_5m", "load_15m"],
+    "thread": ["cpu_percent", "cpu_user_s", "cpu_system_s"],
+    "sidecar": ["cpu_percent", "cpu_s", "rss_bytes", "sample_cost_s"],
 }
 
 
@@ -93,6 +97,8 @@ class Sidecar:
         self.last_sample = b""
         self.last_sample_edge = False
         self.last_sample_cost_ns = 0
+        self.last_sample_cpu_ns: int | None = None
+        self.cost: SelfCost | None = None  # the sidecar's own cost, sent with each sample
         # Test hook: pretend this host's wall clock is off by this much (and that it is
         # another host), to check the driver's clock-offset estimate. Never set in production.
         self.skew = int(os.environ.get("WORKERSCOPE_TEST_CLOCK_SKEW_NS", "0") or 0)
@@ -119,17 +125,22 @@ class Sidecar:
         """One sample to the driver and every open job. every_name: list every member as new
         (a job's first sample), so each job's own timeline can name its processes."""
         now = time.monotonic_ns()
+        cpu = time.thread_time_ns()
         new, gone = self.tree.discover()
         if every_name:
             new = [(pid, m.ppid, m.name) for pid, m in self.tree.members.items()]
-        tree, procs = self.tree.read(now)
+        tree, procs = self.tree.read(now, full=edge)  # a job's edges read every tier
+        threads = self.tree.read_threads(now)
         self.watch.tick(tree, procs)
         if self.net_scope == "namespace":
             tree.update(read_net_dev(self.target) or {})
         body: dict[str, Any] = {"t": now, "tree": tree, "procs": procs, "host": self.host.read()}
+        if threads:
+            body["threads"] = threads
         if self.gpu is None:
             self.gpu = GpuSampler()  # here, not at start-up: NVML's init can take a while
             now = time.monotonic_ns()  # and not counted in what a sample costs
+            cpu = time.thread_time_ns()
         if self.gpu.available:
             gpus, per_pid = self.gpu.read(set(self.tree.members), now)
             body["gpus"] = gpus
@@ -143,6 +154,8 @@ class Sidecar:
         if notes:
             self.noted.update(notes)
             body["notes"] = notes
+        if self.cost is not None:
+            body["sidecar"] = self.cost.read(now, self.last_sample_cpu_ns)
         if new:
             body["new"] = [list(n) for n in new]
         if gone:
@@ -156,6 +169,7 @@ class Sidecar:
         self.last_sample_ns = now
         self.last_sample_edge = edge
         self.last_sample_cost_ns = time.monotonic_ns() - now
+        self.last_sample_cpu_ns = time.thread_time_ns() - cpu
 
     def flush_samples(self) -> None:
         frame = self.aggregator.flush()
@@ -177,6 +191,11 @@ class Sidecar:
         self.interval_ns = int(config.interval * 1e9)
         self.aggregator = Aggregator(config.samples_per_frame)
         if config.endpoint:
+            # Imported here: a sidecar with no driver to send to never loads pyzmq (~20 ms).
+            import zmq
+
+            from ..transport import Outbox
+
             try:
                 self.outbox = Outbox(config.endpoint, config.send_queue)
             except zmq.ZMQError as err:
@@ -193,12 +212,15 @@ class Sidecar:
             # A hello from this package's own worker always validates; keep the defaults
             # rather than leave the worker without its sidecar.
             self.errors.append(f"bad settings in hello: {err}")
+        # every regular tick gets a rate; edge samples closer than that (or 50 ms) to the
+        # last rate wait for the next one
+        min_rate_ns = int(min(0.05, 0.5 * self.config.interval) * 1e9)
         self.tree = ProcessTree(self.target, exclude=frozenset({os.getpid()}),
-                                uss_every_ns=int(max(self.config.interval, 1.0) * 1e9),
-                                # every regular tick gets a rate; edge samples closer than
-                                # that (or 50 ms) to the last rate wait for the next one
-                                min_rate_ns=int(min(0.05, 0.5 * self.config.interval) * 1e9))
+                                uss_every_ns=int(max(self.config.interval, 10.0) * 1e9),
+                                min_rate_ns=min_rate_ns, interval_ns=self.interval_ns,
+                                all_threads_of=self.target)
         self.host = HostSampler(self.target)
+        self.cost = SelfCost(min_rate_ns)
         # EOF on the pipe is the death of the process that holds its other end (the worker;
         # under `run` and `attach`, the CLI), not necessarily of the target.
         self.watch = DeathWatch(int(body.get("pid") or self.target))
@@ -235,6 +257,8 @@ class Sidecar:
                                   int(body.get("t", time.monotonic_ns())))
         self.first_job_pending = False
         first = not self.jobs
+        if body.get("tid") is not None:  # the job's own CPU is its thread's (attribution)
+            self.tree.watch_thread(int(body.get("pid", self.target)), int(body["tid"]))
         if first:
             # Per-job peaks in a warm worker: the kernel's high-water marks restart now.
             self.tree.discover()
@@ -275,6 +299,8 @@ class Sidecar:
             self.pump()
         for kind, body, job_id in rings.frames(None if final else upto, final,
                                                now or time.monotonic_ns()):
+            for tid, _ in body.get("threads", ()):  # a thread that records spans: its own CPU
+                self.tree.watch_thread(int(body["pid"]), int(tid))  # from the next tick on
             job = self.jobs.get(job_id) if job_id is not None else None
             self.emit(kind, body, jobs=None if job_id == EVERY_JOB else [job] if job else [])
         if final:
@@ -375,10 +401,11 @@ class Sidecar:
 
     def loop(self) -> bool:
         """Serve the pipe (and the driver's pings) until close (True) or EOF (False)."""
-        poller = zmq.Poller()
-        poller.register(self.sock.fileno(), zmq.POLLIN)
-        if self.outbox is not None:
-            poller.register(self.outbox.socket, zmq.POLLIN)
+        # select.poll: a sidecar with no driver never imports pyzmq. The driver's frames
+        # (pings) are read in bye's wait_ack: the outbox is made at the hello, after this,
+        # and was never registered with the zmq.Poller this loop had before.
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
         started = time.monotonic()
         while True:
             if self.serve_pending():
@@ -412,8 +439,6 @@ class Sidecar:
                 self.pending.extend(messages)
                 if self.serve_pending():
                     return True
-            if self.outbox is not None and self.outbox.socket in ready:
-                self.on_driver(self.outbox.receive())
             now = time.monotonic_ns()
             if self.worker_id and now >= self.next_heartbeat:
                 self.heartbeat(now)

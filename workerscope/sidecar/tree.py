@@ -1,103 +1,161 @@
-"""The worker's process tree: who is in it, and what each member and the whole tree used.
+"""The worker's process tree: who is in it, and what each member, each watched thread and the
+whole tree used.
 
-Children are found by reading /proc/PID/task/TID/children of the members we already know,
-which costs a few small reads per member; psutil's children(recursive=True) scans all of /proc
-instead and dominates the cost on busy hosts. Where that file is missing (kernels without
-CONFIG_PROC_CHILDREN), psutil's scan is the fallback.
+Reads at the floor: each member's /proc files are opened once and re-read with
+os.pread(fd, n, 0), which makes the kernel regenerate them, so a steady tick opens and closes
+nothing. A held fd belongs to the process it was opened for: once that process is gone the read
+fails (ESRCH), even if its pid is reused, and a reused pid is a new member with fresh fds.
 
-Readings come straight from /proc/PID/{stat,status,io,fd} (one small read each, where psutil
-makes several per value), keeping each member's previous reading for its whole life: a fresh
-reader per tick would lose the CPU times that cpu_percent needs (psrecord #47). psutil is used
-for USS/PSS (smaps) and where /proc/PID/task/TID/children is missing.
+Reads are tiered by how fast their values move and what they cost:
+- every tick: stat (CPU times, RSS, threads) and io, and the children files (discovery);
+- at most once a second (`slow_every_ns`), at job edges (`read(full=True)`) and when a member
+  is first seen: status (VmHWM, context switches), the fd count and the thread list. VmHWM is a
+  high-water mark, so reading it less often loses no peak;
+- rarely (`uss_every_ns`): smaps_rollup (USS/PSS), ~12-150 us a process.
+Watched threads (those that run a job or a span) have their own stat read every tick, so a
+span's CPU can be its thread's and not the whole process's (see export/attribution.py).
+
+Children are found in /proc/PID/task/TID/children of the members we already know; where the
+kernel lacks that file (no CONFIG_PROC_CHILDREN) a scan of /proc/*/stat finds them instead.
+No psutil: it makes several reads per value and scans all of /proc for children.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
-
 from .. import procfs
-from ..procfs import read_io, reset_peak
+from ..procfs import reset_peak
 
-_HAVE_CHILDREN_FILE = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+_SELF = os.getpid()
+_HAVE_CHILDREN_FILE = os.path.exists(f"/proc/{_SELF}/task/{_SELF}/children")
+_TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_CHUNK = 4096  # every file read here fits, except children lists (read on) and big statuses
 
 # Counters that only grow; a member that leaves keeps its share in the tree total.
 COUNTERS = ("read_bytes", "write_bytes", "read_chars", "write_chars",
             "ctx_switches_voluntary", "ctx_switches_involuntary")
+IO_COUNTERS = ("read_chars", "write_chars", "read_bytes", "write_bytes")
+CTX_COUNTERS = ("ctx_switches_voluntary", "ctx_switches_involuntary")
 # Like CPU times, the kernel adds a reaped child's IO to its parent's /proc/PID/io (but not its
 # context switches), so these are carried only when no member of the tree reaps the process.
-FOLDED_INTO_REAPER = frozenset({"read_bytes", "write_bytes", "read_chars", "write_chars"})
-_STATUS_FIELDS = {k: v for k, v in procfs.STATUS_FIELDS.items() if k != b"VmRSS"}
+FOLDED_INTO_REAPER = frozenset(IO_COUNTERS)
+_STATUS_FIELDS = {k: v for k, v in procfs.STATUS_FIELDS.items()
+                  if k not in (b"VmRSS", b"Threads")}  # both come from stat each tick
+# Threads of the target read without being named by a job or a span, while the target has
+# at most this many: until spans name their threads, this is how their CPU is known.
+ALL_THREADS_MAX = 64
+_GONE = (ProcessLookupError, FileNotFoundError)
 
 
-def _children_of(pid: int) -> list[int] | None:
-    """Direct children of pid, or None when pid no longer exists."""
-    kids: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-        return None
-    for tid in tids:
+def _open(path: str) -> int:
+    """A /proc file held for re-reading; OSError (ENOENT, ESRCH, EACCES, EMFILE) as is."""
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
         try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids.extend(int(x) for x in f.read().split())
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue  # that thread ended while we looked
-    return kids
+            os.close(fd)
+        except OSError:
+            pass  # already closed: nothing held
 
 
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+def _pread_all(fd: int) -> bytes:
+    """The whole of a held /proc file, however long (a children list can be)."""
+    data = os.pread(fd, _CHUNK, 0)
+    if len(data) < _CHUNK:
+        return data
+    parts = [data]
+    while len(data) == _CHUNK:
+        data = os.pread(fd, _CHUNK, sum(map(len, parts)))
+        parts.append(data)
+    return b"".join(parts)
 
 
-def _stat(pid: int) -> tuple[float, float, float, float, int, int, int]:
-    """From /proc/PID/stat: user, system, children's user and system seconds, rss bytes,
-    start time (ticks since boot: tells a reused pid apart) and parent pid. One read where
-    psutil makes several."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        data = f.read()
-    rest = data[data.rindex(b")") + 2:].split()
-    tick = _TICK
-    return (int(rest[11]) / tick, int(rest[12]) / tick, int(rest[13]) / tick,
-            int(rest[14]) / tick, int(rest[21]) * _PAGE, int(rest[19]), int(rest[1]))
+def _read_path(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
-def _name(pid: int) -> str:
-    with open(f"/proc/{pid}/comm", "rb") as f:
-        return f.read().decode(errors="replace").strip()
+def _raise_fd_limit() -> bool:
+    """Let this process hold more files (soft limit up to the hard one): a tree of a few
+    hundred processes holds ~3 files each. False when it cannot go higher."""
+    import resource  # here: only a tree that big needs it
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft * 4, 65536)
+    if want <= soft:
+        return False
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ValueError, OSError):
+        return False
+    return True
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class Member:
     ppid: int
     name: str
     start: int  # start time in ticks since boot: the same pid later is another process
-    proc: psutil.Process | None = None  # only for USS/PSS, which need smaps
+    stat_fd: int = -1  # held fds; -1 where not held (the fd budget ran out): open each time
+    io_fd: int = -1  # -2: unreadable (another user's process); don't ask again
+    status_fd: int = -1
+    smaps_fd: int = -1
+    children: dict[int, int] = field(default_factory=dict)  # tid -> fd of its children file
+    threads_seen: int = 0  # num_threads when the thread list was last read
+    nthreads: int = 0  # num_threads at the last reading
+    fresh: bool = True  # first reading to come: status too, whatever the tier
     # Last readings, kept so a member that vanishes still counts in the tree totals.
-    cpu_user: float = 0.0
+    cpu_user: float = 0.0  # own + reaped children's
     cpu_system: float = 0.0
-    own_cpu: float | None = None
-    counters: dict[str, float] = field(default_factory=dict)
-    uss: tuple[float, float] | None = None  # (uss, pss) of the last full memory reading
+    own_cpu: float = 0.0  # own CPU at t, the last rate's start
     t: int | None = None
-    uss_t: int = 0
+    io: tuple[int, int, int, int] | None = None  # read_chars, write_chars, read_bytes, write_bytes
+    ctx: tuple[int, int] | None = None  # voluntary, involuntary context switches
+    hwm: int = 0  # last VmHWM read, bytes
+    rss: int = 0
+    uss: tuple[float, float] | None = None  # (uss, pss) of the last smaps_rollup reading
+
+    def fds(self) -> list[int]:
+        return [self.stat_fd, self.io_fd, self.status_fd, self.smaps_fd, *self.children.values()]
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
+class Thread:
+    fd: int
+    own_cpu: float | None = None
+    t: int | None = None
+
+
+@dataclass(eq=False)
 class ProcessTree:
-    """Members of the tree rooted at `root`, leaving out `exclude` (the sidecar itself)."""
+    """Members of the tree rooted at `root`, leaving out `exclude` (the sidecar itself).
+
+    Holds open files: close() (or dropping the object) closes them."""
 
     root: int
     exclude: frozenset[int] = frozenset()
-    # uss/pss need /proc/PID/smaps_rollup, ~150 us a process: read them at most this often.
-    uss_every_ns: int = 1_000_000_000
+    # smaps_rollup costs 12-150 us a process (it walks every mapping): read it this seldom.
+    uss_every_ns: int = 10_000_000_000
+    # status, the fd count and the thread lists: at most this often, and at job edges.
+    slow_every_ns: int = 1_000_000_000
     # CPU times move in clock ticks (10 ms): a rate over a shorter gap (the extra samples at a
     # job's start and end) would read 0 % or a spike. Such a sample has no cpu_percent, and the
     # next one measures over the whole longer gap.
     min_rate_ns: int = 50_000_000
+    # The sampling interval: read_threads calls further apart than two of them are not
+    # consecutive ticks (the sidecar did not sample between two jobs).
+    interval_ns: int = 1_000_000_000
+    # The process whose threads are all watched while it has at most ALL_THREADS_MAX (None:
+    # only threads named through watch_thread).
+    all_threads_of: int | None = None
     members: dict[int, Member] = field(default_factory=dict)
     # CPU and counters of members that left the tree without being reaped into a member's
     # children-times (reparented away, or the root itself gone): kept so totals never fall.
@@ -109,179 +167,513 @@ class ProcessTree:
     peak_rss: int = 0
     last_counters: dict[str, float] = field(default_factory=dict)
     unreadable: set[int] = field(default_factory=set)
+    threads: dict[tuple[int, int], Thread] = field(default_factory=dict)
+    wanted: set[tuple[int, int]] = field(default_factory=set)  # watched, fd not open yet
+    hold: bool = True  # False once the fd budget is spent and cannot grow: open each time
+    _left: list[int] = field(default_factory=list)  # retired since the last discover()
+    _all_seen: int = 0  # all_threads_of's thread count when its threads were last listed
+    _threads_t: int | None = None  # the last read_threads
+    _slow_t: int | None = None
+    _uss_t: int | None = None
 
-    def discover(self) -> tuple[list[tuple[int, int, str]], list[int]]:
-        """Refresh membership. Returns (new members as (pid, ppid, name), pids gone)."""
-        if _HAVE_CHILDREN_FILE:
-            # Walk from the root and from every known member: a member whose parent exited
-            # (reparented to init or a subreaper) is still part of the job.
-            seen: dict[int, int] = {}
-            stack = [(self.root, 0)] + [(pid, m.ppid) for pid, m in self.members.items()]
-            while stack:
-                pid, ppid = stack.pop()
-                if pid in seen or pid in self.exclude:
-                    continue
-                kids = _children_of(pid)
-                if kids is None:
-                    continue
-                seen[pid] = ppid
-                stack.extend((kid, pid) for kid in kids)
-        else:  # pragma: no cover - kernels without CONFIG_PROC_CHILDREN
-            seen = {}
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every held file."""
+        for m in self.members.values():
+            for fd in m.fds():
+                _close(fd)
+        self.members = {}
+        for th in self.threads.values():
+            _close(th.fd)
+        self.threads = {}
+
+    # -- held files ----------------------------------------------------------------------------
+    def _hold(self, path: str) -> int:
+        """An fd held on path, or -1 where the fd budget is spent (then read by path each
+        time). OSError for a path that cannot be opened (gone, forbidden)."""
+        if not self.hold:
+            return -1
+        try:
+            return _open(path)
+        except OSError as err:
+            if err.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+        if _raise_fd_limit():
             try:
-                rootp = psutil.Process(self.root)
-                seen[self.root] = 0
-                seen.update((k.pid, 0) for k in rootp.children(recursive=True))
-            except psutil.Error:
-                seen = {}  # the root is gone: the tree is empty
-            for pid in self.exclude:
-                seen.pop(pid, None)
-        new = []
-        for pid, ppid in seen.items():
-            if pid in self.members:
+                return _open(path)
+            except OSError as err:
+                if err.errno not in (errno.EMFILE, errno.ENFILE):
+                    raise
+        self.hold = False
+        return -1
+
+    def _new_member(self, pid: int, ppid: int) -> Member | None:
+        """Open a newly seen process's files; None when it is already gone."""
+        base = f"/proc/{pid}"
+        try:
+            fd = self._hold(f"{base}/stat")
+        except OSError:
+            return None
+        try:
+            data = os.pread(fd, _CHUNK, 0) if fd >= 0 else _read_path(f"{base}/stat")
+            comm = _read_path(f"{base}/comm").decode(errors="replace").strip()
+        except OSError:
+            _close(fd)
+            return None
+        rest = data[data.rindex(b")") + 2:].split()
+        m = Member(ppid or int(rest[1]), comm, int(rest[19]), stat_fd=fd)
+        try:
+            m.io_fd = self._hold(f"{base}/io")
+        except PermissionError:
+            m.io_fd = -2
+        except OSError:
+            m.io_fd = -1
+        if _HAVE_CHILDREN_FILE:
+            self._list_threads(pid, m)
+        return m
+
+    def _list_threads(self, pid: int, m: Member) -> bool:
+        """Hold the children file of each of pid's threads (threads come and go). False if
+        the process is gone."""
+        try:
+            tids = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+        except OSError:
+            return False
+        for tid in list(m.children):
+            if tid not in tids:
+                _close(m.children.pop(tid))
+        for tid in tids - m.children.keys():
+            try:
+                m.children[tid] = self._hold(f"/proc/{pid}/task/{tid}/children")
+            except OSError:
+                continue  # that thread ended while we looked
+        m.threads_seen = len(tids)
+        return True
+
+    # -- membership ----------------------------------------------------------------------------
+    def discover(self) -> tuple[list[tuple[int, int, str]], list[int]]:
+        """Refresh membership. Returns (new members as (pid, ppid, name), pids gone: found
+        gone here, or by a read() since the last discover())."""
+        new: list[tuple[int, int, str]] = []
+        members = self.members
+        seen: set[int] = set()
+        if _HAVE_CHILDREN_FILE:
+            # A process listed in a live member's children file exists: no read needed to
+            # know it. The root, and members reached no longer from it (reparented to init
+            # or a subreaper when their parent exited: still part of the job), are looked at.
+            root = members.get(self.root)
+            if root is None or self._alive(self.root, root):
+                self._walk(self.root, 0, seen, new)
+            for pid, m in list(members.items()):
+                if pid not in seen and self._alive(pid, m):
+                    self._walk(pid, m.ppid, seen, new)
+        else:  # kernels without CONFIG_PROC_CHILDREN
+            for pid, ppid in self._scan():
+                if pid in members:
+                    seen.add(pid)
+                    continue
+                born = self._new_member(pid, ppid)
+                if born is not None:
+                    members[pid] = born
+                    seen.add(pid)
+                    new.append((pid, born.ppid, born.name))
+        for pid in [pid for pid in members if pid not in seen]:
+            self._retire(pid)
+        gone, self._left = self._left, []
+        return new, gone
+
+    def _walk(self, top: int, top_ppid: int, seen: set[int],
+              new: list[tuple[int, int, str]]) -> None:
+        """Add top and its descendants to seen (and new members to new), through the
+        children files: the hot path of discovery, kept flat."""
+        members, exclude, pread = self.members, self.exclude, os.pread
+        stack = [(top, top_ppid)]
+        while stack:
+            pid, ppid = stack.pop()
+            if pid in seen or pid in exclude:
+                continue
+            m: Member | None = members.get(pid)
+            if m is None:
+                m = self._new_member(pid, ppid)
+                if m is None:
+                    continue  # exited between the listing and now
+                members[pid] = m
+                new.append((pid, m.ppid, m.name))
+            seen.add(pid)
+            for tid, fd in m.children.items():
+                try:
+                    data = (pread(fd, _CHUNK, 0) if fd >= 0
+                            else _read_path(f"/proc/{pid}/task/{tid}/children"))
+                    if len(data) >= _CHUNK:
+                        data = _pread_all(fd)
+                except OSError:
+                    continue  # that thread ended: the thread list is refreshed on the slow tier
+                if data:
+                    stack.extend([(int(kid), pid) for kid in data.split()])
+
+    @staticmethod
+    def _alive(pid: int, m: Member) -> bool:
+        """Whether the process of this member still exists (a zombie does)."""
+        try:
+            return bool(os.pread(m.stat_fd, _CHUNK, 0) if m.stat_fd >= 0
+                        else _read_path(f"/proc/{pid}/stat"))
+        except OSError:
+            return False
+
+    def _scan(self) -> list[tuple[int, int]]:
+        """(pid, ppid) of the root and its descendants (and of known members and theirs),
+        from the parent pid in every /proc/PID/stat."""
+        children: dict[int, list[int]] = {}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
                 continue
             try:
-                stat = _stat(pid)
-                name = _name(pid)
-            except (FileNotFoundError, ProcessLookupError, PermissionError):
-                continue  # exited between the listing and now
-            parent = ppid or stat[6]
-            self.members[pid] = Member(parent, name, stat[5])
-            new.append((pid, parent, name))
-        gone = [pid for pid in self.members if pid not in seen]
-        for pid in gone:
-            self._retire(pid)
-        return new, gone
+                data = _read_path(f"/proc/{name}/stat")
+            except OSError:
+                continue
+            ppid = int(data[data.rindex(b")") + 2:].split(maxsplit=2)[1])
+            children.setdefault(ppid, []).append(int(name))
+        known = {p for kids in children.values() for p in kids}
+        out: list[tuple[int, int]] = []
+        seen: set[int] = set()
+        stack = [(self.root, 0), *((pid, m.ppid) for pid, m in self.members.items())]
+        while stack:
+            pid, ppid = stack.pop()
+            if pid in seen or pid in self.exclude or pid not in known:
+                continue
+            seen.add(pid)
+            out.append((pid, ppid))
+            stack.extend((kid, pid) for kid in children.get(pid, ()))
+        return out
 
     def _retire(self, pid: int) -> None:
         m = self.members.pop(pid)
+        self._left.append(pid)
+        for fd in m.fds():
+            _close(fd)
         reaped_inside = m.ppid in self.members
-        for key, value in m.counters.items():
-            if not (reaped_inside and key in FOLDED_INTO_REAPER):
-                self.carried[key] = self.carried.get(key, 0) + value
+        carried = self.carried
+        if m.io is not None and not reaped_inside:
+            for key, value in zip(IO_COUNTERS, m.io, strict=True):
+                carried[key] = carried.get(key, 0) + value
+        if m.ctx is not None:
+            for key, value in zip(CTX_COUNTERS, m.ctx, strict=True):
+                carried[key] = carried.get(key, 0) + value
         if not reaped_inside:
             # Nobody in the tree will reap it, so its CPU would vanish from the sum.
             self.carried_user += m.cpu_user
             self.carried_system += m.cpu_system
+        for thread in [k for k in self.threads if k[0] == pid]:
+            _close(self.threads.pop(thread).fd)
 
     def reset_peaks(self) -> None:
         """Start a new job: each member's VmHWM and the tree's peak restart from now."""
-        for pid in self.members:
+        for pid, m in self.members.items():
             reset_peak(pid)
+            m.hwm = 0
         self.peak_rss = 0
 
-    def read(self, now_ns: int) -> tuple[dict[str, float], list[list[Any]]]:
-        """One reading of every member and of the tree. Values that can't be read are absent."""
+    # -- readings --------------------------------------------------------------------------------
+    def read(self, now_ns: int, full: bool = False) -> tuple[dict[str, float], list[list[Any]]]:
+        """One reading of every member and of the tree. Values that can't be read are absent;
+        status, fd and USS values only in the samples that read them (the tiers above).
+        full: read every tier now (a job's edges)."""
+        slow = full or self._slow_t is None or now_ns - self._slow_t >= self.slow_every_ns
+        if slow:
+            self._slow_t = now_ns
+        uss = self._uss_t is None or now_ns - self._uss_t >= self.uss_every_ns
+        if uss:
+            self._uss_t = now_ns
         procs: list[list[Any]] = []
+        tree_cpu = self.carried_user + self.carried_system
         tree_user = self.carried_user
-        tree_system = self.carried_system
-        sums: dict[str, float] = {"rss_bytes": 0, "num_threads": 0, "peak_rss_bytes": 0}
-        counter_ok = {k: True for k in COUNTERS}
-        uss_ok = True
-        sums_uss = [0.0, 0.0]
-        fds_ok, fds = True, 0
+        rss_sum = threads_sum = peak_sum = 0
+        rc_sum = wc_sum = rb_sum = wb_sum = 0
+        io_ok = True
+        ctx_sums = [0, 0]
+        ctx_ok = slow
+        fds_ok, fds = slow, 0
+        uss_ok, uss_sum, pss_sum = uss, 0.0, 0.0
         vanished = []
+        tick, page, min_rate, pread = _TICK, _PAGE, self.min_rate_ns, os.pread
+        children_file = _HAVE_CHILDREN_FILE
+        # The hot loop of the sidecar: one pread of stat and one of io per member, the fields
+        # wanted and nothing else (see benchmarks/bench_sampler.py).
         for pid, m in self.members.items():
-            values: dict[str, float] = {}
+            fd = m.stat_fd
             try:
-                user, system, c_user, c_system, rss, start, _ = _stat(pid)
-                status = procfs.read_status(pid, _STATUS_FIELDS)
-            except (FileNotFoundError, ProcessLookupError):
+                data = pread(fd, _CHUNK, 0) if fd >= 0 else _read_path(f"/proc/{pid}/stat")
+            except _GONE:
                 vanished.append(pid)
                 continue
             except PermissionError:
                 self.unreadable.add(pid)
                 continue
-            if start != m.start:  # the pid now belongs to another process
+            if not data:
                 vanished.append(pid)
                 continue
-            own = user + system
-            if m.own_cpu is None or m.t is None:
-                m.own_cpu, m.t = own, now_ns
-            elif now_ns - m.t >= self.min_rate_ns:
-                values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - m.t) / 1e9) * 100.0
-                m.own_cpu, m.t = own, now_ns
-            m.cpu_user = user + c_user
-            m.cpu_system = system + c_system
-            values["cpu_user_s"] = user
-            values["cpu_system_s"] = system
-            values["rss_bytes"] = rss
-            values.update(status)
-            try:
-                m.counters.update(read_io(pid))
-            except (PermissionError, FileNotFoundError, ProcessLookupError) as err:
-                if isinstance(err, PermissionError):
-                    self.unreadable.add(pid)
-                for key in ("read_bytes", "write_bytes", "read_chars", "write_chars"):
-                    counter_ok[key] = False
-            for key in ("ctx_switches_voluntary", "ctx_switches_involuntary"):
-                if key in status:
-                    m.counters[key] = status[key]
-                else:
-                    counter_ok[key] = False
-            for key in COUNTERS:
-                if key in m.counters:
-                    values[key] = m.counters[key]
-            try:
-                nfds = len(os.listdir(f"/proc/{pid}/fd"))
-                values["num_fds"] = nfds
-                fds += nfds
-            except OSError:
-                fds_ok = False
-            if now_ns - m.uss_t >= self.uss_every_ns:
-                m.uss_t = now_ns
+            # Fields 3-24 of stat (state .. rss); comm, before them, may hold anything.
+            f = data[data.rindex(b")") + 2:].split(None, 22)
+            if fd < 0 and int(f[19]) != m.start:
+                vanished.append(pid)  # the pid now belongs to another process
+                continue
+            user = int(f[11]) / tick
+            system = int(f[12]) / tick
+            rss = int(f[21]) * page
+            nthreads = int(f[17])
+            m.cpu_user = cu = user + int(f[13]) / tick
+            m.cpu_system = cs = system + int(f[14]) / tick
+            m.nthreads = nthreads
+            m.rss = rss
+            tree_cpu += cu + cs
+            tree_user += cu
+            io = None
+            fd = m.io_fd
+            if fd >= -1:
                 try:
-                    if m.proc is None:
-                        m.proc = psutil.Process(pid)
-                    full = m.proc.memory_full_info()
-                    m.uss = (full.uss, getattr(full, "pss", 0.0))
-                except (psutil.Error, OSError):
-                    m.uss = None
-            if m.uss is not None:
-                values["uss_bytes"], values["pss_bytes"] = m.uss
-                sums_uss[0] += m.uss[0]
-                sums_uss[1] += m.uss[1]
+                    # rchar wchar syscr syscw read_bytes write_bytes ...: the kernel's order
+                    # since 2.6.20
+                    v = (pread(fd, _CHUNK, 0) if fd >= 0 else _read_path(f"/proc/{pid}/io")).split()
+                    io = m.io = (int(v[1]), int(v[3]), int(v[9]), int(v[11]))
+                except PermissionError:
+                    self.unreadable.add(pid)
+                    m.io_fd = -2
+                    io_ok = False
+                except (OSError, IndexError, ValueError):
+                    io_ok = False
             else:
-                uss_ok = False
-            tree_user += m.cpu_user
-            tree_system += m.cpu_system
-            sums["rss_bytes"] += rss
-            sums["num_threads"] += status.get("num_threads", 0)
-            sums["peak_rss_bytes"] += status.get("peak_rss_bytes", rss)
+                io_ok = False
+            if io is not None:
+                values: dict[str, float] = {
+                    "cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
+                    "num_threads": nthreads, "read_chars": io[0], "write_chars": io[1],
+                    "read_bytes": io[2], "write_bytes": io[3]}
+            else:
+                values = {"cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
+                          "num_threads": nthreads}
+            io = m.io
+            if io is not None:
+                rc_sum += io[0]
+                wc_sum += io[1]
+                rb_sum += io[2]
+                wb_sum += io[3]
+            own = user + system
+            t = m.t
+            if t is None:
+                m.own_cpu, m.t = own, now_ns
+            elif now_ns - t >= min_rate:
+                values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - t) / 1e9) * 100.0
+                m.own_cpu, m.t = own, now_ns
+            if slow or m.fresh:
+                self._read_slow(pid, m, values)
+                if m.ctx is None:
+                    ctx_ok = False
+                if "num_fds" in values:
+                    fds += int(values["num_fds"])
+                else:
+                    fds_ok = False
+                if children_file:
+                    self._list_threads(pid, m)  # a new thread may fork: hold its children file
+                m.fresh = False
+            elif children_file and nthreads != m.threads_seen:
+                self._list_threads(pid, m)
+            if m.ctx is not None:
+                ctx_sums[0] += m.ctx[0]
+                ctx_sums[1] += m.ctx[1]
+            if uss:
+                m.uss = self._uss(pid, m)
+                if m.uss is None:
+                    uss_ok = False
+                else:
+                    values["uss_bytes"], values["pss_bytes"] = m.uss
+                    uss_sum += m.uss[0]
+                    pss_sum += m.uss[1]
+            hwm = m.hwm
+            if f[20] != b"0":  # vsize: the memory is still mapped (not a zombie, not dying)
+                # VmHWM is at least the RSS now: a peak between two status reads is kept.
+                if rss > hwm:
+                    hwm = m.hwm = rss
+                values["peak_rss_bytes"] = hwm
+            rss_sum += rss
+            threads_sum += nthreads
+            peak_sum += hwm if hwm > rss else rss
             procs.append([pid, values])
+        io_sums = [rc_sum, wc_sum, rb_sum, wb_sum]
         for pid in vanished:
             self._retire(pid)
         tree: dict[str, float] = {}
         if procs or self.carried_user or self.carried_system:
             # Totals never fall: a member reaped outside the tree keeps its share in `carried`.
-            total = max(tree_user + tree_system, self.last_cpu_total)
+            total = max(tree_cpu, self.last_cpu_total)
             tree["cpu_user_s"] = tree_user
             tree["cpu_system_s"] = total - tree_user
             tree["num_procs"] = len(procs)
             if self.last_t is None:
                 self.last_cpu_total, self.last_t = total, now_ns
-            elif now_ns - self.last_t >= self.min_rate_ns:
+            elif now_ns - self.last_t >= min_rate:
                 seconds = (now_ns - self.last_t) / 1e9
                 tree["cpu_percent"] = (total - self.last_cpu_total) / seconds * 100.0
                 self.last_cpu_total, self.last_t = total, now_ns
         if procs:
-            tree["rss_bytes"] = sums["rss_bytes"]
-            tree["num_threads"] = sums["num_threads"]
+            tree["rss_bytes"] = rss_sum
+            tree["num_threads"] = threads_sum
             # An upper bound: the sum of each member's own peak, and members peak at different
             # times. It never misses a peak that fell between two samples.
-            self.peak_rss = max(self.peak_rss, int(sums["peak_rss_bytes"]))
+            self.peak_rss = max(self.peak_rss, peak_sum)
             tree["peak_rss_bytes"] = self.peak_rss
-            for key in COUNTERS:
-                if counter_ok[key]:
-                    total = self.carried.get(key, 0) + sum(
-                        m.counters.get(key, 0) for m in self.members.values())
-                    # An exited child not yet reaped has left the sum, and its parent's
-                    # counters have not grown yet: hold the total until they do.
-                    tree[key] = self.last_counters[key] = max(total, self.last_counters.get(key, 0))
+            for ok, keys, sums in ((io_ok, IO_COUNTERS, io_sums), (ctx_ok, CTX_COUNTERS, ctx_sums)):
+                if ok:
+                    for key, value in zip(keys, sums, strict=True):
+                        # An exited child not yet reaped has left the sum, and its parent's
+                        # counters have not grown yet: hold the total until they do.
+                        total = max(self.carried.get(key, 0) + value, self.last_counters.get(key, 0))
+                        tree[key] = self.last_counters[key] = total
             if fds_ok:
                 tree["num_fds"] = fds
             if uss_ok:
-                tree["uss_bytes"], tree["pss_bytes"] = sums_uss
+                tree["uss_bytes"], tree["pss_bytes"] = uss_sum, pss_sum
         if self.unreadable:
-            tree["unreadable_procs"] = len(self.unreadable & set(self.members))
+            tree["unreadable_procs"] = len(self.unreadable & self.members.keys())
         return tree, procs
+
+    def _read_slow(self, pid: int, m: Member, values: dict[str, float]) -> None:
+        """The slow tier of one member, into values: VmHWM, context switches, the fd count."""
+        try:
+            if m.status_fd == -1 and self.hold:
+                m.status_fd = self._hold(f"/proc/{pid}/status")
+            data = (_pread_all(m.status_fd) if m.status_fd >= 0
+                    else _read_path(f"/proc/{pid}/status"))
+        except OSError:
+            m.ctx = None
+            return
+        status = procfs.parse_status(data, _STATUS_FIELDS)
+        values.update(status)
+        if "peak_rss_bytes" in status:
+            m.hwm = int(status["peak_rss_bytes"])
+        if "ctx_switches_voluntary" in status and "ctx_switches_involuntary" in status:
+            m.ctx = (status["ctx_switches_voluntary"], status["ctx_switches_involuntary"])
+        else:
+            m.ctx = None
+        n = self._fd_count(pid)
+        if n is not None:
+            values["num_fds"] = n
+
+    @staticmethod
+    def _fd_count(pid: int) -> int | None:
+        path = f"/proc/{pid}/fd"
+        try:
+            # Linux 6.2+ gives the count as the directory's size: no listing needed.
+            return os.stat(path).st_size or len(os.listdir(path))
+        except OSError:
+            return None
+
+    def _uss(self, pid: int, m: Member) -> tuple[float, float] | None:
+        try:
+            if m.smaps_fd == -1 and self.hold:
+                m.smaps_fd = self._hold(f"/proc/{pid}/smaps_rollup")
+            data = (os.pread(m.smaps_fd, _CHUNK, 0) if m.smaps_fd >= 0
+                    else _read_path(f"/proc/{pid}/smaps_rollup"))
+        except OSError:
+            m.smaps_fd = -2  # another user's, or a kernel without smaps_rollup: not again
+            return None
+        return parse_smaps_rollup(data)
+
+    # -- threads ---------------------------------------------------------------------------------
+    def watch_thread(self, pid: int, tid: int) -> None:
+        """Read this thread's CPU from now on, every tick (a job or a span runs in it)."""
+        if (pid, tid) not in self.threads:
+            self.wanted.add((pid, tid))
+
+    def read_threads(self, now_ns: int) -> list[list[Any]]:
+        """[[pid, tid, values], ...] of the watched threads: cpu_user_s and cpu_system_s (the
+        thread's own, cumulative) and cpu_percent. A thread read for the first time that
+        started since the previous call has a fourth item, its start (monotonic ns): its CPU
+        was 0 then, which a span begun with the thread needs (it is read up to a tick late)."""
+        top = self.members.get(self.all_threads_of) if self.all_threads_of is not None else None
+        if top is not None and (self._slow_t == now_ns or top.nthreads != self._all_seen):
+            # A new thread is watched from the tick it is seen: its first reading is near 0.
+            self._all_seen = top.nthreads
+            self._watch_all(self.all_threads_of or 0, top)
+        if self.wanted:
+            later: set[tuple[int, int]] = set()
+            for pid, tid in self.wanted:
+                if pid not in self.members:
+                    # Not in the tree (yet: a child whose ring came first; or never: the CLI's
+                    # own thread under `run`), so not ours to read now.
+                    if len(later) < 1024:
+                        later.add((pid, tid))
+                    continue
+                try:
+                    fd = self._hold(f"/proc/{pid}/task/{tid}/stat")
+                except OSError:
+                    continue  # the thread ended before we looked
+                self.threads[(pid, tid)] = Thread(fd)
+            self.wanted = later
+        rows: list[list[Any]] = []
+        ended = []
+        tick = _TICK
+        since, self._threads_t = self._threads_t, now_ns
+        if since is not None and now_ns - since > 2 * self.interval_ns + 100_000_000:
+            since = None  # no sample since the last job's: a thread born meanwhile is not new
+        for key, th in self.threads.items():
+            try:
+                data = (os.pread(th.fd, _CHUNK, 0) if th.fd >= 0
+                        else _read_path(f"/proc/{key[0]}/task/{key[1]}/stat"))
+            except OSError:
+                data = b""
+            if not data:
+                ended.append(key)
+                continue
+            f = data[data.rindex(b")") + 2:].split()
+            user, system = int(f[11]) / tick, int(f[12]) / tick
+            values: dict[str, float] = {"cpu_user_s": user, "cpu_system_s": system}
+            own = user + system
+            if th.own_cpu is None or th.t is None:
+                th.own_cpu, th.t = own, now_ns
+                # Start times count 10 ms clock ticks (rounded down): one that falls within a
+                # tick before the previous reading is a thread born after it, near enough.
+                start = _boot_ticks_to_monotonic_ns(int(f[19]))
+                if since is not None and since - 1_000_000_000 // tick < start <= now_ns:
+                    rows.append([key[0], key[1], values, max(start, since + 1)])
+                    continue
+            elif now_ns - th.t >= self.min_rate_ns:
+                values["cpu_percent"] = (own - th.own_cpu) / ((now_ns - th.t) / 1e9) * 100.0
+                th.own_cpu, th.t = own, now_ns
+            rows.append([key[0], key[1], values])
+        for key in ended:
+            _close(self.threads.pop(key).fd)
+        return rows
+
+    def _watch_all(self, pid: int, m: Member) -> None:
+        tids = list(m.children) if m.children else None
+        if tids is None:
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                return
+        if len(tids) <= ALL_THREADS_MAX:
+            for tid in tids:
+                self.watch_thread(pid, tid)
+
+
+def _boot_ticks_to_monotonic_ns(ticks: int) -> int:
+    """A start time from /proc/PID/stat (clock ticks since boot, CLOCK_BOOTTIME) on the
+    monotonic clock (which stops while the machine is suspended; BOOTTIME does not)."""
+    offset = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
+    return ticks * 1_000_000_000 // _TICK - offset
+
+
+def parse_smaps_rollup(data: bytes) -> tuple[float, float] | None:
+    """(USS, PSS) in bytes from a /proc/PID/smaps_rollup text: USS is the private pages,
+    clean, dirty and huge (Private_*, as psutil counts it)."""
+    uss = pss = 0
+    found = False
+    for line in data.split(b"\n"):
+        if line.startswith(b"Private_"):
+            uss += int(line.split()[1])
+            found = True
+        elif line.startswith(b"Pss:"):
+            pss += int(line.split()[1])
+    return (uss * 1024.0, pss * 1024.0) if found else None

@@ -25,6 +25,7 @@ from .. import protocol, spanring
 from ..builder import build
 from ..config import Config, env_names, resolve
 from ..errors import ConfigError, WorkerscopeError
+from ..export import files as _files  # noqa: F401 - registers the formats out= may name
 from ..protocol import Status
 from ..timeline import Job, Span, Timeline, Worker, check_output_path, out_path
 from . import light
