@@ -4,6 +4,9 @@
  * a test can change them while a sidecar samples. Lines:
  *   device UTIL MEM_USED MEM_TOTAL POWER_MW TEMP_C SM_MHZ FLAGS
  *   proc DEVICE PID USED_BYTES KIND SM_UTIL        (KIND: c compute, g graphics)
+ * PID is returned as written, as the real driver returns the pid in the host's (root) pid
+ * namespace whatever namespace the caller is in: a test of a sidecar in a pid namespace of its
+ * own (a container) writes the host's pids of its processes here (NSpid's first entry).
  * FLAGS is "-" or letters: L lost, P power unsupported, T temperature unsupported,
  * U process utilization unsupported. A first line "nodriver" makes init fail.
  */

@@ -4,10 +4,16 @@ The only module that imports either, lazily. NVML is initialised once and its ha
 every call is guarded: a metric a device does not support is noted once and not asked again, a
 lost GPU is noted and left alone, and sampling goes on without it. Process lists cost
 milliseconds and serialise the driver, so they are read at most once a second.
+
+NVML names processes by their pids in the host's (the root) pid namespace. In a container with
+a pid namespace of its own those are not the pids the sidecar sees: `PidMap` maps them through
+a procfs of the host mounted somewhere (`-v /proc:/host/proc:ro`, found in mountinfo): there,
+/proc/HOSTPID/status's NSpid line lists the process's pid in each namespace down to its own.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from typing import Any
@@ -16,6 +22,98 @@ from typing import Any
 Reading = tuple[list[list[Any]], dict[int, dict[str, float]]]
 
 PROCESS_POLL_NS = 1_000_000_000
+# The root pid namespace's inode number (PROC_PID_INIT_INO, include/linux/proc_ns.h).
+ROOT_PID_NS = 0xEFFFFFFC
+
+
+def _stat_field(path: str, index: int) -> int | None:
+    """Field `index` (0 = state) after the command of a /proc/PID/stat, None if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        return int(data[data.rindex(b")") + 2:].split()[index])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _nspid(status_path: str) -> list[int] | None:
+    """The NSpid line of a /proc/PID/status: the pid in each namespace, outermost first."""
+    try:
+        with open(status_path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    i = data.find(b"\nNSpid:")
+    if i < 0:
+        return None
+    return [int(x) for x in data[i + 7:data.find(b"\n", i + 1)].split()]
+
+
+def _nvml_library() -> bool:
+    """Whether libnvidia-ml.so.1 loads (what nvidia-ml-py's nvmlInit loads on Linux)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+class PidMap:
+    """NVML's pids (the host's) -> the pids this sidecar sees, or None for a process that is
+    not in its pid namespace (or cannot be told)."""
+
+    def __init__(self, proc: str = "/proc", mountinfo: str = "/proc/self/mountinfo") -> None:
+        self.proc = proc
+        try:
+            own_ns = os.stat(f"{proc}/self/ns/pid").st_ino
+        except OSError:
+            own_ns = ROOT_PID_NS
+        # In the root pid namespace, or with no view of the host's: pids as they come (where
+        # nothing matches, the caller notes it).
+        self.host_proc: str | None = None
+        self.level = 0  # our namespace's index in NSpid lists read through host_proc
+        if own_ns != ROOT_PID_NS:
+            self._find_host_proc(mountinfo)
+
+    def _find_host_proc(self, mountinfo: str) -> None:
+        """The procfs mount that sees the most namespaces above ours (the host's, ideally)."""
+        try:
+            with open(mountinfo, "rb") as f:
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return
+        me = str(os.getpid())
+        for line in lines:
+            left, _, right = line.partition(" - ")
+            fields = left.split()
+            if len(fields) < 5 or not right.startswith("proc "):
+                continue
+            point = fields[4].replace("\\040", " ")
+            try:
+                there = os.readlink(f"{point}/self")  # our pid as that procfs numbers it
+            except OSError:
+                continue
+            if there == me or not there.isdigit():
+                continue  # our own namespace's view
+            nspid = _nspid(f"{point}/{there}/status")
+            if nspid and len(nspid) - 1 > self.level:
+                self.host_proc, self.level = point, len(nspid) - 1
+
+    def __call__(self, host_pid: int) -> int | None:
+        if self.host_proc is None:
+            return host_pid
+        nspid = _nspid(f"{self.host_proc}/{host_pid}/status")
+        if nspid is None or len(nspid) <= self.level:
+            return None  # gone, or not in our namespace (nor one below it)
+        pid = nspid[self.level]
+        # A pid at our level could be another namespace's at that depth: the same start time
+        # (boot ticks, one clock for both views) says it is the same process.
+        start = _stat_field(f"{self.proc}/{pid}/stat", 19)
+        if start is None or start != _stat_field(f"{self.host_proc}/{host_pid}/stat", 19):
+            return None
+        return pid
 
 
 class GpuSampler:
@@ -32,6 +130,8 @@ class GpuSampler:
         self._proc_mem: dict[int, dict[int, int]] = {}  # device -> pid -> bytes
         self._proc_sm: dict[int, dict[int, float]] = {}  # device -> pid -> percent
         self._util_ts: dict[int, int] = {}  # last NVML timestamp seen per device
+        self._pids: PidMap | None = None  # made with the first process list
+        self._unmapped = 0  # NVML pids of the last poll that are not ours to see
         self._amd: Any = None
         self._start()
 
@@ -46,11 +146,16 @@ class GpuSampler:
 
     # -- set-up --------------------------------------------------------------------------------
     def _start(self) -> None:
-        try:
-            import pynvml  # the nvidia-ml-py package
-        except ImportError:
-            self.note("gpu: nvidia-ml-py is not installed; no NVIDIA GPU metrics")
-            pynvml = None
+        pynvml: Any = None
+        if not _nvml_library():
+            # As nvmlInit would say, without importing nvidia-ml-py (~20 ms of start-up on
+            # every machine without an NVIDIA driver).
+            self.note("gpu: no NVIDIA GPU metrics (NVML Shared Library Not Found)")
+        else:
+            try:
+                pynvml = importlib.import_module("pynvml")  # the nvidia-ml-py package
+            except ImportError:
+                self.note("gpu: nvidia-ml-py is not installed; no NVIDIA GPU metrics")
         if pynvml is not None:
             try:
                 pynvml.nvmlInit()
@@ -85,7 +190,7 @@ class GpuSampler:
     @property
     def sees_processes(self) -> bool:
         """Whether any GPU process list has been read (tree GPU totals mean something)."""
-        return any(self._proc_mem.values())
+        return any(self._proc_mem.values()) or self._unmapped > 0
 
     # -- one sample ----------------------------------------------------------------------------
     def read(self, tree_pids: set[int], now_ns: int) -> Reading:
@@ -146,21 +251,31 @@ class GpuSampler:
 
     def _poll_processes(self) -> None:
         nv = self._nvml
+        if self._pids is None:
+            self._pids = PidMap()
+        ours = self._pids
+        self._unmapped = 0
         for i, h in enumerate(self.devices):
             mem: dict[int, int] = {}
             for metric, fn in (("compute processes", nv.nvmlDeviceGetComputeRunningProcesses),
                                ("graphics processes", nv.nvmlDeviceGetGraphicsRunningProcesses)):
                 for p in self._call(i, metric, fn, h) or ():
+                    pid = ours(p.pid)
+                    if pid is None:
+                        self._unmapped += 1
+                        continue
                     # A process with both contexts (C+G) is in both lists with the same memory.
-                    mem[p.pid] = max(mem.get(p.pid, 0), p.usedGpuMemory or 0)
+                    mem[pid] = max(mem.get(pid, 0), p.usedGpuMemory or 0)
             self._proc_mem[i] = mem
             # Without the last timestamp NVML returns stale samples from its whole buffer.
             samples = self._call(i, "process utilization", nv.nvmlDeviceGetProcessUtilization, h,
                                  self._util_ts.get(i, 0))
             sm: dict[int, float] = {}
             for s in samples or ():
-                sm[s.pid] = max(sm.get(s.pid, 0.0), float(s.smUtil))
                 self._util_ts[i] = max(self._util_ts.get(i, 0), s.timeStamp)
+                pid = ours(s.pid)
+                if pid is not None:
+                    sm[pid] = max(sm.get(pid, 0.0), float(s.smUtil))
             self._proc_sm[i] = sm
 
     def _per_pid(self, tree_pids: set[int]) -> dict[int, dict[str, float]]:
@@ -178,11 +293,13 @@ class GpuSampler:
                 if key is not None:
                     d = per.setdefault(key, {})
                     d["gpu_util_percent"] = d.get("gpu_util_percent", 0.0) + util
-        if seen_any and not per and not any(os.path.exists(f"/proc/{p}") for i in self._proc_mem
-                                            for p in self._proc_mem[i]):
-            # NVML reports host pids; in a container with its own pid namespace none exist here.
+        if seen_any and not per and not any(
+                os.path.exists(f"/proc/{p}") for i in self._proc_mem for p in self._proc_mem[i]):
+            # NVML reports host pids; in a container with its own pid namespace none exist
+            # here, unless the host's /proc is mounted where PidMap finds it.
             self.note("gpu: GPU processes cannot be matched to this tree (a separate pid "
-                      "namespace or MIG); per-process GPU values are absent, device values remain")
+                      "namespace without the host's /proc mounted, e.g. -v /proc:/host/proc:ro, "
+                      "or MIG); per-process GPU values are absent, device values remain")
         return per
 
     def _read_amd(self, tree_pids: set[int], now_ns: int) -> Reading:
@@ -214,8 +331,7 @@ class GpuSampler:
 
 
 def _match(pid: int, tree_pids: set[int]) -> int | None:
-    """The tree member that NVML's pid stands for. NVML speaks in the host's pids: they match
-    when the sidecar shares the host's pid namespace, and nothing here can map them otherwise."""
+    """The tree member that a GPU process (its pid already mapped by PidMap) stands for."""
     return pid if pid in tree_pids else None
 
 
