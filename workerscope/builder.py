@@ -242,6 +242,10 @@ class TimelineBuilder:
         w.status, w.dropped, w.errors = status, dropped, errors
         w.notes.extend(n for n in notes if n not in w.notes)
 
+    def has_open_job(self, wid: str) -> bool:
+        """Whether a job of this worker has started and not ended (running, not idle)."""
+        return any(w == wid for w, _ in self._open_jobs)
+
     def snapshot(self) -> tuple[Timeline, list[tuple[str, dict[str, Any]]]]:
         """Shallow copies of what finish() needs: cheap, to take under a caller's lock."""
         t = Timeline({k: dataclasses.replace(w) for k, w in self.t.workers.items()},
@@ -251,8 +255,9 @@ class TimelineBuilder:
 
     def timeline(self, offsets: dict[str, int] | None = None) -> Timeline:
         """A copy of the timeline so far. A job still open shows as running, or as killed
-        when its worker has already said bye. offsets: worker id -> ns its clock runs ahead of
-        the driver's, taken off every time of that worker."""
+        when its worker has already said bye; a worker with no job open and no bye yet is
+        idle. offsets: worker id -> ns its clock runs ahead of the driver's, taken off every
+        time of that worker."""
         return self.finish(self.snapshot(), offsets)
 
     @staticmethod
@@ -266,6 +271,12 @@ class TimelineBuilder:
             shifted = dict(job, start=job["start"] - (offsets or {}).get(wid, 0))
             _append_job(t, wid, shifted, t.end_ns if gone else None,
                         Status.KILLED if gone else Status.RUNNING, None)
+        busy = {wid for wid, _ in open_jobs}
+        for wid, w in t.workers.items():
+            if w.status == Status.RUNNING and wid not in busy:
+                # No bye yet, but no job open either (its last job ended, and a bye may be
+                # on its way): it is not running anything.
+                w.status = Status.IDLE
         t.sort()
         return t
 

@@ -54,14 +54,16 @@ PIPE_KINDS = frozenset({HELLO, READY, JOB_START, JOB_END, TIMELINE, CLOSE})
 
 
 class Status(str, enum.Enum):
-    """How a worker or a job stands. Workers: running, then exited (closed cleanly), ended
-    (its sidecar ended without a job open), killed (it died inside a job), sidecar_lost; a
+    """How a worker or a job stands. Workers: running (a job open), idle (alive, no job open:
+    its sidecar has not said bye), then exited (closed cleanly), ended (its sidecar ended
+    without a job open), killed (it died inside a job), sidecar_lost; a
     driver adds stale (silent past stale_after) and dead (gone from this host without a bye).
     Jobs: running, ok, error, killed (its worker died inside it: the error text says how, by
     which signal or with which exit status), oom_killed (the kernel's OOM killer killed its
     worker; the job's `death` holds the evidence)."""
 
     RUNNING = "running"
+    IDLE = "idle"
     OK = "ok"
     ERROR = "error"
     KILLED = "killed"
