@@ -1,5 +1,5 @@
-"""Sidecar CPU cost per sample of a worker's process tree, against a naive psutil loop and a
-raw /proc floor, for trees of 1, 8 and 64 processes.
+"""Sidecar CPU cost per tick for a worker's process tree, against the raw /proc floor and a
+naive psutil loop, for trees of 1, 8, 64 and 256 processes; and the host sampler's tick.
 
     python benchmarks/bench_sampler.py
 
@@ -8,21 +8,24 @@ alone). The root kills and reaps its children when its stdin closes, so nothing 
 script even if it is killed; the finally blocks close it, wait for it, and check that no child
 of this script is left.
 
-Cases, each over SAMPLES samples of the same tree, best of REPEATS, CPU time of this process
-(time.process_time: user + system, so the kernel's work on /proc counts):
-  raw /proc reads     the floor: os.open/os.read/os.close of /proc/PID/stat, statm and io of
-                      the tree's pids, known in advance; no discovery, no parsing
-  ProcessTree ...     workerscope's sampler (sidecar/tree.py): discover() then read(now), the
-                      tree and its psutil.Process objects kept across samples, as the sidecar
-                      does; also discover() alone. read() takes USS/PSS (smaps_rollup) at most
-                      once per uss_every_ns (1 s): back-to-back samples skip it almost always,
-                      while a sidecar ticking at the default 1 s interval pays it every tick,
-                      so it is measured both ways; the last ProcessTree row adds
-                      HostSampler().read(): the sidecar's whole reading per tick at an
-                      interval >= 1 s, minus encoding and sending the frame
-  naive psutil        what psrecord does each tick: psutil.Process(root).children(recursive=
-                      True), so a new Process object per pid per sample, then cpu_times(),
-                      memory_info() and io_counters() of each
+Cases, each over SAMPLES samples of the same tree (fewer for 256), best of REPEATS, CPU time
+of this process (time.process_time: user + system, so the kernel's work on /proc counts):
+  raw open/read/close   the floor: os.open/os.read/os.close of /proc/PID/stat, statm and io of
+                        the tree's pids, known in advance; no discovery, no parsing
+  steady tick           workerscope's sampler as the sidecar runs it between its slow ticks:
+                        ProcessTree.discover() then read(now), the tree kept across samples,
+                        its files held open and re-read with pread (stat, io, children)
+  slow tick             the same with every tier read (read(full=True)): status (VmHWM,
+                        context switches), the fd count and the thread lists, as once a
+                        second and at each job's edges
+  USS tick              a slow tick that also reads smaps_rollup (USS/PSS), as every 10 s
+  naive psutil          what psrecord does each tick: psutil.Process(root).children(recursive=
+                        True), so a new Process object per pid per sample, then cpu_times(),
+                        memory_info() and io_counters() of each
+The summary fits cost = a + b * processes over the four trees (least squares) for the floor
+and the steady tick: b is the marginal cost of one more process in a tick. Then
+HostSampler.read() alone (per-core CPU, memory, cgroup, disk, network, load): one host tick.
+Targets (issue 11): marginal steady tick <= 1.0x the floor's; host tick <= 150 us.
 """
 
 from __future__ import annotations
@@ -32,16 +35,17 @@ import platform
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import psutil
 
 from workerscope.sidecar.host import HostSampler
 from workerscope.sidecar.tree import ProcessTree
 
-SIZES = (1, 8, 64)
+SIZES = (1, 8, 64, 256)
 SAMPLES = 200
 REPEATS = 3
+HOUR = 3600 * 10**9
 
 # The tree's root: starts n `sleep 600` children, says ready, then waits for its stdin to
 # close (the benchmark is done, or died) and kills and reaps its children.
@@ -66,7 +70,7 @@ class Tree:
         self.root = subprocess.Popen([sys.executable, "-c", ROOT, str(size - 1)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def __enter__(self) -> "Tree":
+    def __enter__(self) -> Tree:
         try:
             assert self.root.stdout is not None
             if self.root.stdout.readline().strip() != "ready":
@@ -114,26 +118,12 @@ def raw_floor(pids: list[int]) -> Callable[[], None]:
     return sample
 
 
-def tree_discover(root: int) -> Callable[[], None]:
-    tree = ProcessTree(root, exclude=frozenset({os.getpid()}))
-
+def tree_tick(tree: ProcessTree, full: bool = False, uss: bool = False) -> Callable[[], None]:
     def sample() -> None:
+        if uss:
+            tree._uss_t = None  # due now
         tree.discover()
-
-    return sample
-
-
-def tree_sampler(root: int, uss_every_ns: int | None = None,
-                 with_host: bool = False) -> Callable[[], None]:
-    kwargs = {} if uss_every_ns is None else {"uss_every_ns": uss_every_ns}
-    tree = ProcessTree(root, exclude=frozenset({os.getpid()}), **kwargs)
-    host = HostSampler() if with_host else None
-
-    def sample() -> None:
-        tree.discover()
-        tree.read(time.monotonic_ns())
-        if host is not None:
-            host.read()
+        tree.read(time.monotonic_ns(), full=full)
 
     return sample
 
@@ -141,7 +131,7 @@ def tree_sampler(root: int, uss_every_ns: int | None = None,
 def naive_psutil(root: int) -> Callable[[], None]:
     def sample() -> None:
         parent = psutil.Process(root)
-        for proc in [parent] + parent.children(recursive=True):
+        for proc in [parent, *parent.children(recursive=True)]:
             try:
                 proc.cpu_times()
                 proc.memory_info()
@@ -152,57 +142,80 @@ def naive_psutil(root: int) -> Callable[[], None]:
     return sample
 
 
-def cpu_us_per_sample(sample: Callable[[], None]) -> float:
-    sample()  # warm: the first reading creates the psutil objects a kept tree reuses
+def cpu_us_per_sample(sample: Callable[[], object], samples: int) -> float:
+    sample()  # warm: the first reading opens the files (or makes the objects) a tick reuses
     best = float("inf")
     for _ in range(REPEATS):
         t0 = time.process_time()
-        for _ in range(SAMPLES):
+        for _ in range(samples):
             sample()
-        best = min(best, (time.process_time() - t0) / SAMPLES * 1e6)
+        best = min(best, (time.process_time() - t0) / samples * 1e6)
     return best
 
 
-def check_tree_sees(tree: Tree) -> None:
-    """The benchmark means something only if ProcessTree finds the whole tree."""
-    pt = ProcessTree(tree.root.pid, exclude=frozenset({os.getpid()}))
-    pt.discover()
-    pt.discover()
-    _, procs = pt.read(time.monotonic_ns())
-    if len(procs) != tree.size:
-        raise RuntimeError(f"ProcessTree read {len(procs)} of {tree.size} processes")
+def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(a, b) of cost = a + b * n, least squares."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    b = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+    return my - b * mx, b
 
 
 def main() -> int:
     print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs, psutil {psutil.__version__}, "
-          f"{len(psutil.pids())} processes on the host; {SAMPLES} samples, best of {REPEATS}, "
-          f"CPU time of the sampling process")
+          f"{len(psutil.pids())} processes on the host; {SAMPLES} samples (50 at 256), best of "
+          f"{REPEATS}, CPU time of the sampling process")
     print()
     print(f"{'procs':>5}  {'case':<44} {'us/sample':>10} {'us/proc':>9} {'x floor':>8}")
     print("-" * 81)
+    floor_pts: list[tuple[int, float]] = []
+    tick_pts: list[tuple[int, float]] = []
     try:
         for size in SIZES:
-            with Tree(size) as tree:
-                check_tree_sees(tree)
-                root = tree.root.pid
+            samples = SAMPLES if size < 256 else 50
+            with Tree(size) as t:
+                root = t.root.pid
+                tree = ProcessTree(root, exclude=frozenset({os.getpid()}), slow_every_ns=HOUR,
+                                   uss_every_ns=HOUR)
+                tree.discover()
+                _, procs = tree.read(time.monotonic_ns())
+                if len(procs) != size:  # the benchmark means something only if all are read
+                    raise RuntimeError(f"ProcessTree read {len(procs)} of {size} processes")
                 cases = [
-                    ("raw /proc reads: stat, statm, io (floor)", raw_floor(tree.pids)),
-                    ("ProcessTree.discover() only", tree_discover(root)),
-                    ("ProcessTree discover + read, uss <= 1/s", tree_sampler(root)),
-                    ("ProcessTree discover + read, uss each time", tree_sampler(root, 0)),
-                    ("  + HostSampler.read(): one tick at >= 1 s", tree_sampler(root, 0, True)),
+                    ("raw open/read/close: stat, statm, io (floor)", raw_floor(t.pids)),
+                    ("steady tick: discover + read (pread)", tree_tick(tree)),
+                    ("slow tick: + status, fds, threads", tree_tick(tree, full=True)),
+                    ("USS tick: + smaps_rollup", tree_tick(tree, full=True, uss=True)),
                     ("naive psutil (psrecord-style)", naive_psutil(root)),
                 ]
                 floor = None
                 for label, sample in cases:
-                    us = cpu_us_per_sample(sample)
+                    us = cpu_us_per_sample(sample, samples)
                     floor = floor or us
-                    print(f"{size:>5}  {label:<44} {us:10.1f} {us / size:9.1f} {us / floor:7.1f}x")
+                    print(f"{size:>5}  {label:<44} {us:10.1f} {us / size:9.1f} {us / floor:7.2f}x")
+                    if label.startswith("raw"):
+                        floor_pts.append((size, us))
+                    elif label.startswith("steady"):
+                        tick_pts.append((size, us))
+                tree.close()
             print()
     finally:
         left = psutil.Process().children(recursive=True)
         if left:
             print(f"LEFT BEHIND: {[p.pid for p in left]}", file=sys.stderr)
+    fa, fb = fit(floor_pts)
+    ta, tb = fit(tick_pts)
+    host = HostSampler()
+    host_us = cpu_us_per_sample(host.read, 2000)
+    host.close()
+    print("Marginal cost of one more process in a tick (cost = a + b * processes, least squares "
+          "over 1, 8, 64, 256):")
+    print(f"  floor (open/read/close stat+statm+io)  b = {fb:6.2f} us/proc   (a = {fa:6.1f} us)")
+    print(f"  steady tick (pread, discovery incl.)    b = {tb:6.2f} us/proc   (a = {ta:6.1f} us)"
+          f"   {tb / fb:.2f}x the floor (target <= 1.0x)")
+    print(f"Host sampler tick (HostSampler.read(), {os.cpu_count()} cores): {host_us:.1f} us "
+          f"(target <= 150 us)")
     return 1 if left else 0
 
 
