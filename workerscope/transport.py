@@ -53,6 +53,14 @@ class Outbox:
         """For a zmq.Poller: readable when the driver sent something (a ping, an ack)."""
         return self._sock
 
+    @property
+    def fd(self) -> int:
+        """A descriptor for select/poll that becomes readable when the socket's state changes
+        (ZMQ_FD): then read all there is with receive()."""
+        fd = self._sock.getsockopt(zmq.FD)
+        assert isinstance(fd, int)  # an int option on every platform workerscope runs on
+        return fd
+
     def receive(self) -> list[protocol.Frame]:
         """Whatever the driver sent, without blocking; garbage is skipped."""
         out: list[protocol.Frame] = []

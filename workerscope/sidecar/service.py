@@ -401,13 +401,17 @@ class Sidecar:
 
     def loop(self) -> bool:
         """Serve the pipe (and the driver's pings) until close (True) or EOF (False)."""
-        # select.poll: a sidecar with no driver never imports pyzmq. The driver's frames
-        # (pings) are read in bye's wait_ack: the outbox is made at the hello, after this,
-        # and was never registered with the zmq.Poller this loop had before.
+        # select.poll: a sidecar with no driver never imports pyzmq. The driver's socket is
+        # made at the hello (its settings come there), so it joins the poll once it exists:
+        # its pings are answered while jobs run, not only during the bye.
         poller = select.poll()
         poller.register(self.sock.fileno(), select.POLLIN)
+        driver_fd: int | None = None
         started = time.monotonic()
         while True:
+            if self.outbox is not None and driver_fd is None:
+                driver_fd = self.outbox.fd
+                poller.register(driver_fd, select.POLLIN)
             if self.serve_pending():
                 return True
             if self.pipe_broken:
@@ -439,6 +443,9 @@ class Sidecar:
                 self.pending.extend(messages)
                 if self.serve_pending():
                     return True
+            if self.outbox is not None:
+                # ZeroMQ's descriptor only signals that something changed: read all there is.
+                self.on_driver(self.outbox.receive())
             now = time.monotonic_ns()
             if self.worker_id and now >= self.next_heartbeat:
                 self.heartbeat(now)
