@@ -262,13 +262,20 @@ class TimelineBuilder:
 
     @staticmethod
     def finish(snapshot: tuple[Timeline, list[tuple[str, dict[str, Any]]]],
-               offsets: dict[str, int] | None = None) -> Timeline:
+               offsets: dict[str, int] | None = None,
+               lost: dict[str, tuple[int, str]] | None = None) -> Timeline:
+        """lost: worker -> (end on the driver's clock, why) for workers whose open jobs a
+        driver gave up on (silent, gone, or the driver closed): those jobs end there, lost."""
         t, open_jobs = snapshot
         if offsets:
             _shift(t, offsets)
         for wid, job in open_jobs:
             gone = t.workers[wid].status != Status.RUNNING
             shifted = dict(job, start=job["start"] - (offsets or {}).get(wid, 0))
+            if lost and wid in lost:
+                end, why = lost[wid]
+                _append_job(t, wid, shifted, max(end, shifted["start"]), Status.LOST, why)
+                continue
             _append_job(t, wid, shifted, t.end_ns if gone else None,
                         Status.KILLED if gone else Status.RUNNING, None)
         busy = {wid for wid, _ in open_jobs}

@@ -6,8 +6,10 @@ without touching its code: the variables are read in the worker, where the job r
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 
 from .errors import ConfigError
@@ -134,11 +136,41 @@ def _build(values: dict[str, object]) -> Config:
                 f"out path {values['out']!r}: only {{pid}}, {{job}} and {{host}} may be filled in"
             ) from err
     endpoint = values.get("endpoint")
-    if endpoint is not None and not str(endpoint).startswith(("tcp://", "ipc://")):
-        raise ConfigError(
-            f"endpoint must be a ZeroMQ address like tcp://HOST:PORT or ipc:///path, got {endpoint!r}"
-        )
+    if endpoint is not None:
+        split_endpoint(str(endpoint))
     return Config(**values)  # type: ignore[arg-type]
+
+
+# A driver that authenticates (CURVE, the default on tcp://) hands out endpoints of the form
+# tcp://HOST:PORT?curve=SERVER_PUBLIC,CLIENT_SECRET: each key 32 bytes in URL-safe base64 without
+# padding (43 characters). Not Z85, ZeroMQ's own text form: its alphabet has $ ! & ? * and <,
+# which shells and URLs read as their own. See docs/SECURITY.md.
+CURVE_PARAM = "?curve="
+KEY_CHARS = 43
+_KEY = re.compile(f"[A-Za-z0-9_-]{{{KEY_CHARS - 1}}}[AEIMQUYcgkosw048]")  # 256 bits
+
+
+def split_endpoint(endpoint: str) -> tuple[str, tuple[bytes, bytes] | None]:
+    """(the ZeroMQ address, (the driver's public key, this client's secret key) or None for a
+    driver without authentication) of an endpoint. ConfigError if it is not one."""
+    if not endpoint.startswith(("tcp://", "ipc://")):
+        raise ConfigError("endpoint must be a ZeroMQ address like tcp://HOST:PORT or ipc:///path, "
+                          f"got {public_endpoint(endpoint)!r}")
+    if not endpoint.startswith("tcp://") or "?" not in endpoint:
+        return endpoint, None
+    address, _, query = endpoint.partition("?")
+    keys = query.removeprefix(CURVE_PARAM[1:]).split(",")
+    if not query.startswith(CURVE_PARAM[1:]) or len(keys) != 2 or not all(map(_KEY.fullmatch, keys)):
+        raise ConfigError(f"endpoint {public_endpoint(endpoint)!r}: expected ?curve=KEY,KEY "
+                          f"(two keys of {KEY_CHARS} characters); copy it whole from the driver")
+    server, client = (base64.urlsafe_b64decode(k + "=") for k in keys)
+    return address, (server, client)
+
+
+def public_endpoint(endpoint: str) -> str:
+    """The endpoint fit for logs and files: its secret key left out."""
+    address, sep, _ = endpoint.partition("?")
+    return address + (sep + "curve=..." if sep else "")
 
 
 def to_dict(config: Config) -> dict[str, object]:

@@ -60,7 +60,8 @@ class Status(str, enum.Enum):
     driver adds stale (silent past stale_after) and dead (gone from this host without a bye).
     Jobs: running, ok, error, killed (its worker died inside it: the error text says how, by
     which signal or with which exit status), oom_killed (the kernel's OOM killer killed its
-    worker; the job's `death` holds the evidence)."""
+    worker; the job's `death` holds the evidence); a driver adds lost (open when its worker
+    went stale or dead, or when the driver closed: never "running" after the run)."""
 
     RUNNING = "running"
     IDLE = "idle"
@@ -73,6 +74,7 @@ class Status(str, enum.Enum):
     SIDECAR_LOST = "sidecar_lost"
     STALE = "stale"
     DEAD = "dead"
+    LOST = "lost"
 
     # The plain string wherever it is printed, formatted or written.
     def __str__(self) -> str:
@@ -177,13 +179,40 @@ def clock_anchor() -> list[int]:
     return [best[1], best[2]]
 
 
-def _unpack(data: bytes, limit: int | None = MAX_FRAME_BYTES) -> Any:
+# Items per array or map in a driver frame (span records come 10,000 to a frame at most), and
+# arrays and maps in all of a frame above _COUNT_ABOVE bytes. Nested arrays get past any
+# per-array limit: 1 MiB of empty arrays decoded to ~1M lists, 72 MiB, in 0.46 s holding the
+# GIL; counted, it is refused after 65,536 in 13 ms (docs/SECURITY.md). No ext types: none is
+# part of the protocol.
+MAX_ITEMS = 65_536
+_COUNT_ABOVE = 64 * 1024
+
+
+class _Containers:
+    """msgpack's list_hook and object_hook: counts arrays and maps, refuses one too many."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def __call__(self, obj: Any) -> Any:
+        self.left -= 1
+        if self.left < 0:
+            raise ValueError(f"more than {MAX_ITEMS} arrays and maps in one frame")
+        return obj
+
+
+def _unpack(data: bytes, limit: int | None = MAX_FRAME_BYTES, items: int | None = None) -> Any:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ProtocolError(f"a frame must be bytes, got {type(data).__name__}")
     if limit is not None and len(data) > limit:
         raise ProtocolError(f"frame of {len(data)} bytes exceeds the {limit}-byte limit")
     try:
         # unpackb caps every string, array and map by the input's own length.
+        if items is not None:
+            count = _Containers(items) if len(data) > _COUNT_ABOVE else None
+            return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True,
+                                   max_array_len=items, max_map_len=items, max_ext_len=0,
+                                   list_hook=count, object_hook=count)
         return msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
     except Exception as err:  # msgpack raises several unrelated types for bad input
         raise ProtocolError(f"not a msgpack message: {err}") from err
@@ -194,9 +223,9 @@ def encode_frame(kind: str, worker: str, seq: int, body: dict[str, Any]) -> byte
     return _pack([VERSION, kind, worker, seq, body])
 
 
-def decode_frame(data: bytes) -> Frame:
+def decode_frame(data: bytes, limit: int = MAX_FRAME_BYTES) -> Frame:
     """Parse one driver frame from untrusted bytes; ProtocolError if it is not one."""
-    msg = _unpack(data)
+    msg = _unpack(data, limit, MAX_ITEMS)
     if not isinstance(msg, list) or len(msg) != 5:
         raise ProtocolError("a frame is a 5-item array [version, kind, worker, seq, body]")
     version, kind, worker, seq, body = msg

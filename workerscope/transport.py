@@ -3,43 +3,86 @@
 DEALER -> ROUTER rather than PUB/SUB: a DEALER queues frames until the driver connects (no
 slow-joiner loss), and the ROUTER can acknowledge the final bye, so the sidecar knows its last
 frames arrived before it closes (libzmq #4660 loses them otherwise over ipc://).
+
+An endpoint with ?curve=KEY,KEY (what a driver on tcp:// hands out, config.split_endpoint)
+connects with CURVE: the frames are encrypted and the driver lets in only the holders of the
+key (docs/SECURITY.md). One without keys connects in plain text, as a driver made with
+`insecure=True` or on ipc:// expects.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
 import zmq
+from zmq.utils import z85
 
 from . import protocol
-from .errors import ProtocolError
+from .config import public_endpoint, split_endpoint
+from .errors import ConfigError, ProtocolError
 
 SEND_HWM = 10_000
 LINGER_MS = 2_000
+# The largest frame that goes over the network, either way. A driver reads no bigger frame
+# (ZeroMQ drops a connection that sends one), and its memory ceiling is counted in these
+# (docs/SECURITY.md): 10,000 span records are ~450 KB, a sample of a 1,000-process tree ~340 KB.
+MAX_FRAME_BYTES = 1024 * 1024
+log = logging.getLogger("workerscope.transport")
+
+
+def dealer(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, send_hwm: int = SEND_HWM,
+           linger_ms: int = LINGER_MS) -> zmq.Socket[bytes]:
+    """A DEALER connected to a driver's endpoint, with the CURVE keys the endpoint carries.
+    zmq.ZMQError if it cannot be made (and then no socket is left open)."""
+    try:
+        address, keys = split_endpoint(endpoint)
+    except ConfigError as err:
+        raise zmq.ZMQError(zmq.EINVAL, str(err)) from err
+    sock = ctx.socket(zmq.DEALER)
+    try:
+        # Options first: a connection takes the socket's options as they are at connect().
+        sock.setsockopt(zmq.SNDHWM, send_hwm)
+        sock.setsockopt(zmq.LINGER, linger_ms)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+        if keys is not None:
+            server_public, secret = (z85.encode(k) for k in keys)
+            sock.setsockopt(zmq.CURVE_SERVERKEY, server_public)
+            sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, zmq.curve_public(secret))
+        sock.connect(address)
+    except zmq.ZMQError as err:
+        sock.close(linger=0)
+        raise zmq.ZMQError(err.errno, f"{err.strerror} ({public_endpoint(endpoint)})") from err
+    return sock
 
 
 class Outbox:
     def __init__(self, endpoint: str, send_hwm: int = SEND_HWM) -> None:
         self.endpoint = endpoint
         # A fresh context in this process: a zmq context must never cross a fork.
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.SNDHWM, send_hwm)
-        self._sock.setsockopt(zmq.LINGER, LINGER_MS)
-        self._sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         try:
-            self._sock.connect(endpoint)
+            self._sock = dealer(self._ctx, endpoint, send_hwm)
         except zmq.ZMQError:
             # A bad endpoint must not leave the socket and the context's descriptors behind.
-            self._sock.close(linger=0)
-            self._ctx.term()
+            self._ctx.destroy(linger=0)
             raise
         self.sent = 0
         self.dropped = 0
+        self.too_big = 0  # of those dropped, frames over MAX_FRAME_BYTES
 
     def send(self, frame: bytes) -> bool:
-        """Queue one frame; False (and counted) if the queue to the driver is full."""
+        """Queue one frame; False (and counted) if the queue to the driver is full, or if the
+        frame is too big for a driver to read (sent, it would cost the connection)."""
+        if len(frame) > MAX_FRAME_BYTES:
+            self.dropped += 1
+            self.too_big += 1
+            if self.too_big == 1:
+                log.warning("a frame of %d bytes is over the %d-byte limit: not sent (counted "
+                            "in dropped)", len(frame), MAX_FRAME_BYTES)
+            return False
         try:
             self._sock.send(frame, zmq.NOBLOCK)
         except zmq.Again:

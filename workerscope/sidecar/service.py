@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
-from ..config import Config, config_from_dict
+from ..config import Config, config_from_dict, public_endpoint
 from ..errors import ConfigError, ProtocolError, WorkerscopeError
 from ..procfs import boot_id, net_namespace, read_net_dev
 from ..protocol import Status
@@ -68,6 +68,7 @@ class OpenJob:
     # Frames are kept only for a job whose timeline someone will collect (the worker or `out`):
     # a long job streaming to a driver would otherwise grow the sidecar without bound.
     keep: bool = True
+    start: dict[str, Any] = field(default_factory=dict)  # its job_start body, for heartbeats
 
 
 class Sidecar:
@@ -90,6 +91,7 @@ class Sidecar:
         self.jobs: dict[int, OpenJob] = {}
         self.seq = -1
         self.hello = b""
+        self.hello_body: dict[str, Any] = {}  # in every heartbeat too, for a driver that starts late
         self.worker_id = ""
         self.next_tick = 0
         self.next_heartbeat = 0
@@ -200,7 +202,8 @@ class Sidecar:
                 self.outbox = Outbox(config.endpoint, config.send_queue)
             except zmq.ZMQError as err:
                 # The job goes on; its timeline still reaches the worker and the out file.
-                self.errors.append(f"cannot connect to the driver at {config.endpoint}: {err}")
+                self.errors.append("cannot connect to the driver at "
+                                   f"{public_endpoint(config.endpoint)}: {err}")
                 log.warning("%s", self.errors[-1])
 
     def on_hello(self, body: dict[str, Any]) -> None:
@@ -241,6 +244,7 @@ class Sidecar:
             "metrics": METRICS, "net_scope": self.net_scope,
         }
         self.hello = self.emit(protocol.HELLO, hello, jobs=[])
+        self.hello_body = {k: v for k, v in hello.items() if k != "metrics"}
         self.reply(protocol.READY, {"worker": self.worker_id, "pid": os.getpid()})
 
     def _anchor(self) -> list[int]:
@@ -266,11 +270,12 @@ class Sidecar:
                 self.tree.reset_peaks()
             self.watch.job_started()
         self.jobs[job.job] = job
-        self.emit(protocol.JOB_START, {
+        job.start = {
             "job": job.job, "name": job.name, "t": body.get("t", time.monotonic_ns()),
             "pid": body.get("pid", self.target), "tid": body.get("tid"),
             "anchor": self._anchor(),
-        }, jobs=[job])
+        }
+        self.emit(protocol.JOB_START, job.start, jobs=[job])
         if self.sampled_recently():
             # Back-to-back tiny jobs come faster than full samples can be taken: share the
             # last one rather than fall behind and fill the worker's pipe.
@@ -473,8 +478,12 @@ class Sidecar:
     def heartbeat(self, now: int) -> None:
         self.next_heartbeat = now + int(protocol.HEARTBEAT_S * 1e9)
         if self.outbox is not None:
+            # A driver that starts after this sidecar learns from any heartbeat who it is
+            # and which jobs are open (driver/late.py).
             self.emit(protocol.HEARTBEAT, {"t": now, "dropped": self.outbox.dropped,
-                                           "jobs": sorted(self.jobs)}, jobs=[])
+                                           "jobs": sorted(self.jobs), "hello": self.hello_body,
+                                           "open": [j.start for j in self.jobs.values()]},
+                      jobs=[])
 
     def on_driver(self, frames: list[protocol.Frame]) -> None:
         for frame in frames:

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from .. import procfs, protocol
-from ..config import Config
+from ..config import Config, public_endpoint
 from ..procfs import read_io, read_net_dev
 from ..protocol import Status
 from . import recorder
@@ -161,7 +161,8 @@ def _sender(config: Config) -> _Sender | None:
             try:
                 _senders[key] = _Sender(config)
             except Exception as err:  # noqa: BLE001 - zmq.ZMQError and kin: monitoring must not break the job
-                log.warning("workerscope: light-mode stats not sent to %s: %s", config.endpoint, err)
+                log.warning("workerscope: light-mode stats not sent to %s: %s",
+                            public_endpoint(config.endpoint or ""), err)
                 _senders[key] = None
         return _senders[key]
 
@@ -211,7 +212,9 @@ class LightJob:
         if self.sender is not None:
             self.sender.send(protocol.JOB_START, {
                 "job": self.job, "name": self.name, "t": time.monotonic_ns(),
-                "pid": os.getpid(), "tid": threading.get_native_id()})
+                "pid": os.getpid(), "tid": threading.get_native_id(),
+                # a driver that starts after this worker's hello still dates the job right
+                "anchor": protocol.clock_anchor()})
         global _lifetime_peak
         # The process's peak so far, before a reset hides it from every tool (ru_maxrss too).
         _lifetime_peak = max(_lifetime_peak, _hwm())
