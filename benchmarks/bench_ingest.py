@@ -60,6 +60,7 @@ import workerscope  # noqa: E402
 from workerscope import protocol  # noqa: E402
 from workerscope.sidecar.service import METRICS  # noqa: E402
 from workerscope.procfs import boot_id  # noqa: E402
+from workerscope.transport import dealer  # noqa: E402
 from workerscope.worker.link import close_all  # noqa: E402
 
 SENDERS = (1, 8, 64)
@@ -130,9 +131,8 @@ def sender_main(conn: Any, index: int) -> None:
         # A pretend target pid per round and sender: each round's workers are new ones.
         _, frames = build_frames(n, 100_000 + 1000 * index + round_no, os.getpid())
         ctx = zmq.Context()
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 30_000)
-        sock.connect(endpoint)
+        # with the endpoint's keys, as a sidecar does; blocking sends: frames queue, never drop
+        sock = dealer(ctx, endpoint, send_hwm=1000, linger_ms=30_000)
         conn.send(("ready", len(frames), sum(len(f) for f in frames)))
         conn.recv()  # the go
         for f in frames:

@@ -20,6 +20,8 @@ from helpers import python_script
 from jobs import job
 
 from workerscope import Subscriber, monitor, profiled, protocol
+from workerscope.driver.keys import endpoint_for, new_key
+from workerscope.transport import dealer
 from workerscope.worker import link as launcher
 
 TESTS = os.path.dirname(__file__)
@@ -71,7 +73,8 @@ def test_late_driver_gets_every_frame(clean_env, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    endpoint = f"tcp://127.0.0.1:{port}"
+    key = new_key()  # the endpoint is known before the driver listens
+    endpoint = endpoint_for(f"tcp://127.0.0.1:{port}", key)
     worker = subprocess.Popen(python_script(f"""
         import sys; sys.path.insert(0, {TESTS!r})
         from jobs import job
@@ -82,7 +85,8 @@ def test_late_driver_gets_every_frame(clean_env, tmp_path):
     """), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert worker.stdout.readline().strip() == "[0, 1, 2]"  # all done, no driver yet
-        with Subscriber(endpoint) as sub:
+        with Subscriber(f"tcp://127.0.0.1:{port}", key=key) as sub:
+            assert sub.endpoint == endpoint
             assert sub.wait(jobs=3, timeout=30)
             worker.stdin.close()
             assert sub.wait(byes=1, timeout=30)
@@ -185,10 +189,8 @@ class FakeSidecar:
         self.wid = wid
         self.seq = 0
         self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 1000)
+        self.sock = dealer(self.ctx, endpoint, linger_ms=1000)
         self.sock.setsockopt(zmq.RCVTIMEO, 10_000)
-        self.sock.connect(endpoint)
 
     def send(self, kind: str, body: dict) -> None:
         self.sock.send(protocol.encode_frame(kind, self.wid, self.seq, body))

@@ -16,6 +16,7 @@ from helpers import python_script
 from jobs import job, load_rows
 
 from workerscope import Subscriber, load, monitor, profiled, protocol
+from workerscope.transport import dealer
 from workerscope.worker import link as launcher
 
 TESTS = os.path.dirname(__file__)
@@ -117,9 +118,7 @@ def test_no_driver_listening_never_blocks(clean_env):
 
 def _raw_dealer(endpoint):
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 1000)
-    sock.connect(endpoint)
+    sock = dealer(ctx, endpoint, linger_ms=1000)
     return ctx, sock
 
 
@@ -148,10 +147,10 @@ def test_subscriber_survives_bad_frames_and_counts_gaps(clean_env):
 
 
 def test_ipc_endpoint_is_private(clean_env):
-    """An ipc:// Subscriber's socket file is 0600, and a job can stream to it."""
+    """An ipc:// Subscriber's socket file is its owner's alone, and a job can stream to it."""
     with Subscriber("ipc://") as sub:
         path = sub.endpoint[len("ipc://"):]
-        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0  # made under umask 0o077
         with monitor(interval=0.5, endpoint=sub.endpoint):
             load_rows(2)
         assert sub.wait(jobs=1, timeout=10)

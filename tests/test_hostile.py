@@ -12,6 +12,7 @@ import zmq
 
 from workerscope import Subscriber, profiled, protocol
 from workerscope.errors import ProtocolError
+from workerscope.transport import dealer
 
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
     """Poll a condition that has no event to wait on, up to `timeout` seconds."""
@@ -51,8 +52,7 @@ def test_driver_survives_unhashable_kind_and_still_gets_a_real_job(clean_env):
     """The 7-byte frame [1, [], "w", 0, {}] is counted as bad; a real job after it arrives."""
     with Subscriber() as sub:
         ctx = zmq.Context()
-        sock = ctx.socket(zmq.DEALER)
-        sock.connect(sub.endpoint)
+        sock = dealer(ctx, sub.endpoint)
         try:
             for msg in UNHASHABLE_KINDS:
                 sock.send(msgpack.packb(msg))

@@ -18,6 +18,7 @@ from jobs import load_rows
 
 from workerscope import Subscriber, load, monitor, profiled, protocol, span, timed
 from workerscope.errors import ConfigError
+from workerscope.transport import dealer
 from workerscope.worker import link as launcher
 
 TESTS = os.path.dirname(__file__)
@@ -115,9 +116,7 @@ def test_subscriber_thread_survives_hostile_frames_and_callbacks(clean_env):
 
     with Subscriber(on_frame=bad_callback) as sub:
         ctx = zmq.Context()
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 1000)
-        sock.connect(sub.endpoint)
+        sock = dealer(ctx, sub.endpoint, linger_ms=1000)
         try:
             anchor = [time.time_ns(), time.monotonic_ns()]
             sock.send(protocol.encode_frame("hello", "w", 0, {"host": "h", "pid": float("inf"),

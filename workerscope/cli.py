@@ -231,11 +231,13 @@ def _save(timeline: Timeline, out: str, stem: str) -> None:
 
 
 def cmd_listen(args: argparse.Namespace) -> int:
+    from .driver.keys import key_from_file
     from .driver.subscriber import Subscriber
     from .export.terminal import frame_line
 
     if args.output:
         check_output_path(args.output)
+    key = key_from_file(args.key_file) if args.key_file else None
     lost_seen: dict[str, int] = {}
 
     def on_frame(frame: protocol.Frame) -> None:
@@ -251,7 +253,8 @@ def cmd_listen(args: argparse.Namespace) -> int:
             lost_seen[frame.worker] = lost
 
     quiet = args.quiet or args.live
-    sub = Subscriber(args.bind, on_frame=None if quiet else on_frame)
+    sub = Subscriber(args.bind, on_frame=None if quiet else on_frame, key=key,
+                     insecure=args.insecure)
     stop = _stop_on_ctrl_c()
     try:
         with sub:
@@ -361,6 +364,10 @@ def parser() -> argparse.ArgumentParser:
     listen.add_argument("--bind", default="tcp://127.0.0.1:0",
                         help="address to listen on (default: a free loopback port)")
     listen.add_argument("-o", "--output", help="write the merged timeline here at the end")
+    listen.add_argument("--key-file", help="keep the driver's key here (made 0600 on first "
+                        "use): listen again with it and the endpoint stays the same")
+    listen.add_argument("--insecure", action="store_true", help="tcp:// in plain text, no key: "
+                        "anyone who can reach the port can send frames")
     listen.add_argument("--jobs", type=int, help="stop after this many jobs ended")
     listen.add_argument("-q", "--quiet", action="store_true", help="no line per frame")
     listen.add_argument("--live", action="store_true",

@@ -56,7 +56,11 @@ class LiveState:
             if started is not None:
                 self.job_seconds.append(now - started[1])
         elif frame.kind == protocol.SPANS and b.get("records"):
-            w.span = str(protocol.SpanRecord._make(b["records"][-1]).name)
+            w.span = str(protocol.SpanRecord(*b["records"][-1]).name)  # an older one: shorter
+
+    def open_jobs(self, wid: str) -> int:
+        w = self.workers.get(wid)
+        return 0 if w is None else len(w.jobs)
 
     def rows(self, workers: Mapping[str, Worker], states: Mapping[str, str],
              lost: Mapping[str, int], dropped: Mapping[str, int],

@@ -4,41 +4,66 @@ A ROUTER socket bound once; each sidecar's DEALER connects to it (a DEALER queue
 the driver is there: no slow-joiner loss for workers that start first). A background thread owns
 the socket (ZeroMQ sockets are not thread-safe), decodes frames, folds them into one Timeline,
 counts frames lost per worker from gaps in their seq numbers, acknowledges each bye, and pings
-each sidecar of another host to learn its clock offset (driver/clock.py). Live rows are kept in
-driver/live.py, the async iterator in driver/frames.py.
+each sidecar of another host to learn its clock offset (driver/receive.py, driver/clock.py).
+Here: the socket, its lifecycle and the queries. Live rows are kept in driver/live.py, the
+async iterator in driver/frames.py.
+
+The driver is usually the user's own program, so nothing a sender does may crash it, bloat it
+or lie to it (docs/SECURITY.md): on tcp:// only holders of its key get in (CURVE, keys.py);
+each connection speaks for one worker (connections.py); connections, workers, frames and what
+is kept are bounded in bytes (memory_ceiling); a worker gone silent leaves its jobs lost, not
+running; a driver that starts late learns its workers from their heartbeats (late.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeGuard
 
 import psutil
 import zmq
 
 from .. import protocol
 from ..builder import TimelineBuilder
-from ..errors import ProtocolError, WorkerscopeError
+from ..errors import WorkerscopeError
 from ..procfs import boot_id
 from ..protocol import Status
-from ..timeline import Timeline, Worker
+from ..timeline import Timeline
+from ..transport import MAX_FRAME_BYTES
+from . import ipc, late
 from .clock import ClockSync
+from .connections import Connections, connection_ceiling, local_key
 from .frames import FrameFanout
+from .keys import DriverKeys, ZapHandler
 from .live import LiveState
+from .receive import FrameReceiver
 
-log = logging.getLogger("workerscope.driver")
+# Frames ZeroMQ queues per connection (RCVHWM): one more is held while it is being read, so a
+# connection holds at most (RECEIVE_QUEUE + 1) x MAX_FRAME_BYTES. ZeroMQ counts per connection,
+# not per socket: the driver's queue is that times the connections (docs/SECURITY.md).
+RECEIVE_QUEUE = 1
+MAX_CONNECTIONS = 1024
+MAX_WORKERS = 4096
+MAX_KEPT_BYTES = 1024 * 1024 * 1024
+HANDSHAKE_MS = 10_000  # a connection that has not finished its handshake by then is dropped
+# Measured bytes behind the memory ceiling (docs/SECURITY.md): a frame decodes to at most ~20
+# bytes of Python objects per byte (2-character strings; arrays and maps are counted and
+# capped at decode); a connection with its worker cost ~43 KB (an idle one 4.3 KB); and a
+# fixed allowance for the bookkeeping (pings in flight, counters) and the frame being
+# decrypted.
+DECODED_PER_BYTE = 24
+PER_CONNECTION = 32 * 1024
+PER_WORKER = 16 * 1024
+FIXED = 16 * 1024 * 1024
 
-POLL_MS = 100
 
-
-class Subscriber:
+class Subscriber(FrameReceiver):
     """Receive the frames of many workers. Use as a context manager.
 
         with Subscriber() as sub:
@@ -48,27 +73,55 @@ class Subscriber:
 
     Three ways to follow frames as they come: `wait()` (blocking), `on_frame` (a callback run
     on the receive thread: keep it quick), and `async for frame in sub.frames()`.
-    stale_after: seconds of silence after which a worker shows as "stale".
+
+    On tcp:// the Subscriber authenticates and encrypts (CURVE): `sub.endpoint` carries the
+    keys a sidecar needs (tcp://HOST:PORT?curve=...), so treat it like a password. `key` (a
+    `sub.key` of an earlier run, or keys.new_key()) keeps the same endpoint across restarts;
+    `insecure=True` listens in plain text, for anyone who can reach the port. ipc:// paths are
+    private to this user (0600).
+    stale_after: seconds of silence after which a worker shows as "stale" and its open jobs
+    as lost. The max_* bounds keep the driver's memory under `memory_ceiling`: what goes past
+    them is refused and counted in `refused`.
     """
 
     def __init__(self, address: str = "tcp://127.0.0.1:0",
                  on_frame: Callable[[protocol.Frame], None] | None = None,
-                 stale_after: float = 10.0, receive_queue: int = 100_000) -> None:
+                 stale_after: float = 10.0, receive_queue: int = RECEIVE_QUEUE, *,
+                 insecure: bool = False, key: str | None = None,
+                 max_connections: int = MAX_CONNECTIONS, max_workers: int = MAX_WORKERS,
+                 max_kept_bytes: int | None = MAX_KEPT_BYTES) -> None:
         self.address = address
         self.on_frame = on_frame
         self.stale_after = stale_after
         self.receive_queue = receive_queue
+        self.insecure = insecure
+        self.max_connections = max_connections
+        self.max_workers = max_workers
+        self.max_kept_bytes = max_kept_bytes
+        self.max_frame_bytes = MAX_FRAME_BYTES
+        self._keys = DriverKeys.parse(key) if key else None
+        if insecure and address.startswith("tcp://"):
+            warnings.warn(f"Subscriber({address!r}, insecure=True): frames travel in plain "
+                          "text and anyone who can reach the port can send them", stacklevel=2)
         self.endpoint = ""
         self.lost: dict[str, int] = {}
         self.received: dict[str, int] = {}
         self.dropped: dict[str, int] = {}  # frames each sidecar could not queue (it says so)
         self.bad_frames = 0
         self.callback_errors = 0
+        self.loop_errors = 0  # socket errors the receive loop waited out
         self.last_error: str | None = None
         self.jobs_started = 0
         self.jobs_ended = 0
+        self._refused = {"identity": 0, "workers": 0, "kept": 0, "open_jobs": 0}
+        self._not_kept: dict[str, int] = {}
+        self._kept = 0
         self._next_seq: dict[str, int] = {}
         self._last_seen: dict[str, float] = {}
+        self._last_wall: dict[str, int] = {}
+        self._anchored: set[str] = set()
+        self._introduced: set[str] = set()
+        self._unanchored = late.Unanchored()
         self._clocks = ClockSync()
         self._no_ping: set[str] = set()  # light workers: no sidecar to answer a ping
         self._pending_ack: dict[str, tuple[bytes, int]] = {}  # worker -> (identity, bye's seq)
@@ -82,12 +135,45 @@ class Subscriber:
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._sock: zmq.Socket[bytes] | None = None
+        self._conns: Connections | None = None
+        self._zap: ZapHandler | None = None
         self._tmpdir: str | None = None
+        self._ipc_path: str | None = None
+        self._ipc_ours: tuple[int, int] | None = None
+        self._closed_wall: int | None = None
+
+    @property
+    def key(self) -> str | None:
+        """This driver's secret key (tcp:// without insecure): a Subscriber given it hands
+        out the same endpoint, so sidecars of a previous run reconnect to it."""
+        return None if self._keys is None else self._keys.text()
 
     @property
     def iterator_dropped(self) -> int:
         """Frames an async consumer of frames() fell too far behind to be given."""
         return self._fanout.dropped
+
+    @property
+    def refused(self) -> dict[str, int]:
+        """What was refused, by reason: connections past the ceiling, failed handshakes
+        (no key or a wrong one), frames for a worker their connection does not speak for,
+        frames of workers past max_workers, frames not kept past max_kept_bytes, job starts
+        past MAX_OPEN_JOBS open."""
+        conns = self._conns
+        with self._cond:
+            return {"connections": 0 if conns is None else conns.refused,
+                    "handshakes": 0 if conns is None else conns.handshakes_failed,
+                    **self._refused}
+
+    @property
+    def memory_ceiling(self) -> int:
+        """Bytes above its size at start this driver can grow to, whatever senders do (frames
+        it hands to on_frame and frames() consumers aside): docs/SECURITY.md."""
+        conns = self._conns.ceiling if self._conns is not None else self.max_connections
+        queue = conns * ((self.receive_queue + 1) * self.max_frame_bytes + PER_CONNECTION)
+        frame = (DECODED_PER_BYTE + 1) * self.max_frame_bytes  # decoded, and decrypted
+        return (queue + frame + late.HOLD_BYTES + self.max_workers * PER_WORKER + FIXED
+                + (self.max_kept_bytes or 0))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> Subscriber:
@@ -96,48 +182,81 @@ class Subscriber:
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
-        # Bounded: past this many frames waiting here, ZeroMQ stops reading the sockets, the
-        # sidecars' queues fill, and they drop and count rather than block their workers.
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
+        # Bounded: past this many frames waiting on a connection, ZeroMQ stops reading it, the
+        # sidecar's queue fills, and it drops and counts rather than block its worker.
         sock.setsockopt(zmq.RCVHWM, self.receive_queue)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
         address = self.address
         if address.startswith("tcp://") and address.endswith(":0"):
             address = address[:-2] + ":*"  # ZeroMQ's spelling of "any free port"
-        if address in ("ipc://", "ipc://*"):
-            self._tmpdir = tempfile.mkdtemp(prefix="workerscope-")  # 0700: only we can reach in
-            address = f"ipc://{self._tmpdir}/driver.sock"
         try:
-            sock.bind(address)
-        except zmq.ZMQError as err:
-            sock.close(0)
-            ctx.term()
+            if address.startswith("tcp://") and not self.insecure:
+                self._keys = self._keys or DriverKeys.new()
+                self._keys.serve(sock)
+                self._zap = ZapHandler(ctx, self._keys.client_public)
+            conns = Connections(sock, connection_ceiling(self.max_connections), address,
+                                self._zap)
+            self._bind(sock, address)
+        except (zmq.ZMQError, WorkerscopeError) as err:
+            self._close_sockets(sock, ctx)
             self._remove_tmpdir()
+            if isinstance(err, WorkerscopeError):
+                raise
             raise WorkerscopeError(
                 f"cannot listen on {self.address!r}: {err}; give another address, e.g. "
                 "tcp://127.0.0.1:0 for any free port") from err
-        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        if self.endpoint.startswith("ipc://"):
-            os.chmod(self.endpoint[len("ipc://"):], 0o600)  # the socket file takes the umask
-        self._ctx, self._sock = ctx, sock
+        bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        conns.listening = local_key(bound)
+        secure = self._zap is not None and self._keys is not None
+        self.endpoint = self._keys.endpoint(bound) if secure and self._keys else bound
+        self._ctx, self._sock, self._conns = ctx, sock, conns
+        conns.start()
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, args=(sock,),
+        self._closed_wall = None
+        self._thread = threading.Thread(target=self._run, args=(sock, conns),
                                         name="workerscope-subscriber", daemon=True)
         self._thread.start()
         return self
+
+    def _bind(self, sock: zmq.Socket[bytes], address: str) -> None:
+        if address in ("ipc://", "ipc://*"):
+            self._tmpdir = tempfile.mkdtemp(prefix="workerscope-")  # 0700: only we can reach in
+            address = f"ipc://{self._tmpdir}/driver.sock"
+        if address.startswith("ipc://"):
+            path = address[len("ipc://"):]
+            if self._tmpdir is None:
+                ipc.check_free(path)
+            with ipc.private_umask():  # 0600 from the first instant, no chmod race
+                sock.bind(address)
+            self._ipc_path, self._ipc_ours = path, ipc.identity(path)
+        else:
+            sock.bind(address)
 
     def close(self) -> None:
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
             self._thread = None
-        if self._sock is not None:
-            self._sock.close(0)
-            self._sock = None
-        if self._ctx is not None:
-            self._ctx.term()
-            self._ctx = None
+            self._closed_wall = time.time_ns()
+        sock, ctx = self._sock, self._ctx
+        self._sock = self._ctx = None
+        if sock is not None and ctx is not None:
+            self._close_sockets(sock, ctx)
+        if self._ipc_path is not None:
+            ipc.remove_if_ours(self._ipc_path, self._ipc_ours)
+            self._ipc_path = None
         self._remove_tmpdir()
         self._fanout.close()
+
+    def _close_sockets(self, sock: zmq.Socket[bytes], ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
+        if self._conns is not None:
+            self._conns.close()  # and the authenticator
+        elif self._zap is not None:
+            self._zap.close()
+        self._zap = None
+        sock.close(0)
+        ctx.destroy(0)  # the monitor's own socket too
 
     def _remove_tmpdir(self) -> None:
         if self._tmpdir is not None:
@@ -191,19 +310,32 @@ class Subscriber:
             return self._clocks.offsets()
 
     def timeline(self) -> Timeline:
-        """The merged timeline of every worker seen so far, on this driver's clock."""
+        """The merged timeline of every worker seen so far, on this driver's clock. Jobs still
+        open on a worker gone stale or dead, or when the Subscriber has closed, end as lost."""
         states = self.states()
         with self._cond:  # only copies under the lock: frames keep flowing while we build
             clocks = self._clocks.offsets()
             snapshot = self._builder.snapshot()
             lost, dropped = dict(self.lost), dict(self.dropped)
-        t = self._builder.finish(snapshot, {wid: offset for wid, (offset, _) in clocks.items()})
+            not_kept = dict(self._not_kept)
+            gave_up = {wid: (self._last_wall.get(wid, 0), f"its worker went {state}: silent "
+                             f"since its last frame, no bye") for wid, state in states.items()
+                       if state in (Status.STALE, Status.DEAD)}
+            if self._closed_wall is not None:
+                for wid, state in states.items():
+                    if state == Status.RUNNING:
+                        gave_up[wid] = (self._closed_wall, "still open when the driver closed")
+        t = self._builder.finish(snapshot, {wid: offset for wid, (offset, _) in clocks.items()},
+                                 gave_up)
         for wid, w in t.workers.items():
             w.lost = lost.get(wid, 0)
             w.dropped = max(w.dropped, dropped.get(wid, 0))
             w.status = states.get(wid, w.status)
             if wid in clocks:
                 w.clock_offset_ns, w.clock_error_ns = clocks[wid]
+            if not_kept.get(wid):  # a new list: the copy shares the builder's
+                w.notes = [*w.notes, f"{not_kept[wid]} frame(s) not kept: the driver's memory "
+                           f"cap (max_kept_bytes={self.max_kept_bytes}) was reached"]
         return t
 
     def frames(self, maxsize: int = 10_000) -> AsyncIterator[protocol.Frame]:
@@ -221,138 +353,3 @@ class Subscriber:
         with self._cond:
             return self._live.rows(self._builder.t.workers, states, self.lost, self.dropped,
                                    time.monotonic())
-
-    # -- the receive thread ------------------------------------------------------------------
-    def _run(self, sock: zmq.Socket[bytes]) -> None:
-        while not self._stop.is_set():
-            if not sock.poll(POLL_MS, zmq.POLLIN):
-                continue
-            while True:
-                try:
-                    parts = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                self._handle(sock, parts)
-
-    def _handle(self, sock: zmq.Socket[bytes], parts: list[bytes]) -> None:
-        if len(parts) != 2:
-            self._bad(f"expected [identity, frame], got {len(parts)} parts")
-            return
-        identity, data = parts
-        try:
-            frame = protocol.decode_frame(data)
-        except ProtocolError as err:
-            self._bad(str(err))
-            return
-        with self._cond:
-            self._count(frame)  # it arrived, even if its body turns out malformed
-            try:
-                self._builder.add(frame)
-                if frame.kind == protocol.PONG:
-                    self._on_pong(frame)
-            except ProtocolError as err:
-                self.bad_frames += 1
-                self.last_error = str(err)
-                return
-            self._live.note(frame, time.monotonic())
-            if frame.kind == protocol.HELLO and frame.body.get("mode") == "light":
-                self._no_ping.add(frame.worker)
-            if frame.kind == protocol.JOB_START:
-                self.jobs_started += 1
-            elif frame.kind == protocol.JOB_END:
-                self.jobs_ended += 1
-            elif frame.kind == protocol.HEARTBEAT:
-                self.dropped[frame.worker] = _int(frame.body.get("dropped"))
-            if frame.kind in (protocol.JOB_START, protocol.JOB_END, protocol.BYE):
-                self._cond.notify_all()  # what wait() waits for; not every sample
-            self._reply(sock, identity, frame)
-        self._deliver(frame)
-
-    def _reply(self, sock: zmq.Socket[bytes], identity: bytes, frame: protocol.Frame) -> None:
-        """Acknowledge a bye, and ping a sidecar whose clock is not known well enough yet."""
-        wid = frame.worker
-        if frame.kind == protocol.BYE:
-            if self._wants_ping(wid):
-                # A short-lived worker: finish its clock estimate first (the sidecar answers
-                # pings while it waits for this ack), then let it go.
-                self._pending_ack[wid] = (identity, frame.seq)
-                self._ping(sock, identity, wid)
-            else:
-                self._send(sock, identity, protocol.ACK, {"seq": frame.seq})
-        elif frame.kind in (protocol.HELLO, protocol.HEARTBEAT) or (
-                frame.kind == protocol.PONG and self._wants_ping(wid)):
-            self._ping(sock, identity, wid)
-        elif frame.kind == protocol.PONG and wid in self._pending_ack:
-            ack_to, seq = self._pending_ack.pop(wid)
-            self._send(sock, ack_to, protocol.ACK, {"seq": seq})
-
-    def _deliver(self, frame: protocol.Frame) -> None:
-        callback = self.on_frame  # read once: the user may set it to None meanwhile
-        if callback is not None:
-            try:
-                callback(frame)
-            except Exception as err:  # noqa: BLE001 - a user's callback must not stop the receive thread
-                with self._cond:
-                    self.callback_errors += 1
-                    self.last_error = f"on_frame: {err!r}"
-                    first = self.callback_errors == 1
-                if first:  # once: a callback that fails on every frame would flood the log
-                    log.warning("on_frame callback failed (counted in callback_errors from "
-                                "now on): %r", err)
-        self._fanout.publish(frame)
-
-    def _send(self, sock: zmq.Socket[bytes], identity: bytes, kind: str,
-              body: dict[str, Any]) -> None:
-        try:
-            sock.send_multipart([identity, protocol.encode_frame(kind, "driver", 0, body)],
-                                zmq.NOBLOCK)
-        except zmq.ZMQError as err:  # the sidecar is gone already; it counts its own loss
-            self.last_error = f"{kind} to a sidecar: {err}"
-
-    # -- clocks ------------------------------------------------------------------------------
-    def _local(self, w: Worker) -> bool:
-        """Whether this worker runs on this host, in this boot: then it shares our clocks."""
-        return bool(w.boot_id) and w.boot_id == self._boot and w.host == self._host
-
-    def _pingable(self, wid: str) -> bool:
-        # One host, one clock; and a light worker has no sidecar to answer.
-        w = self._builder.t.workers.get(wid)
-        return wid not in self._no_ping and not (w is not None and self._local(w))
-
-    def _wants_ping(self, wid: str) -> bool:
-        return self._pingable(wid) and self._clocks.wants(wid)
-
-    def _ping(self, sock: zmq.Socket[bytes], identity: bytes, wid: str) -> None:
-        if self._pingable(wid):
-            self._send(sock, identity, protocol.PING, self._clocks.ping(wid))
-
-    def _on_pong(self, frame: protocol.Frame) -> None:
-        ping_id, t1 = frame.body.get("id"), frame.body.get("t1")
-        if not (_is_int(ping_id) and _is_int(t1)):
-            raise ProtocolError(f"malformed pong frame from {frame.worker}: id and t1 must be "
-                                "integers")
-        self._clocks.pong(frame.worker, ping_id, t1)
-
-    # -- bookkeeping -------------------------------------------------------------------------
-    def _count(self, frame: protocol.Frame) -> None:
-        wid = frame.worker
-        self._last_seen[wid] = time.monotonic()
-        self.received[wid] = self.received.get(wid, 0) + 1
-        expected = self._next_seq.get(wid, 0)
-        if frame.seq > expected:
-            self.lost[wid] = self.lost.get(wid, 0) + frame.seq - expected
-        self._next_seq[wid] = max(expected, frame.seq + 1)
-        self.lost.setdefault(wid, 0)
-
-    def _bad(self, why: str) -> None:
-        with self._cond:
-            self.bad_frames += 1
-            self.last_error = why
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _int(value: object) -> int:
-    return value if _is_int(value) else 0
