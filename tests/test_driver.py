@@ -100,8 +100,8 @@ def test_late_driver_gets_every_frame(clean_env, tmp_path):
 
 
 def test_stale_then_alive_then_dead(clean_env):
-    """A silent sidecar shows as stale, comes back to running, and a worker killed with its
-    sidecar (no bye) shows as dead."""
+    """A silent sidecar shows as stale, comes back (idle: its job has ended), and a worker
+    killed with its sidecar (no bye) shows as dead."""
     with Subscriber(stale_after=1.5) as sub:
         worker = subprocess.Popen(python_script(f"""
             import os, sys; sys.path.insert(0, {TESTS!r})
@@ -117,11 +117,11 @@ def test_stale_then_alive_then_dead(clean_env):
         try:
             assert sub.wait(jobs=1, timeout=30)
             (wid,) = sub.states()
-            assert sub.states()[wid] == "running"
+            assert sub.states()[wid] == "idle"  # its job has ended; no bye yet
             os.kill(sidecar, signal.SIGSTOP)
             assert _eventually(lambda: sub.states()[wid] == "stale")
             os.kill(sidecar, signal.SIGCONT)
-            assert _eventually(lambda: sub.states()[wid] == "running")
+            assert _eventually(lambda: sub.states()[wid] == "idle")
             os.kill(sidecar, signal.SIGKILL)
             worker.kill()
             worker.wait()

@@ -8,8 +8,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 from workerscope import Subscriber, monitor, protocol
 from workerscope.builder import TimelineBuilder
 
@@ -81,8 +79,6 @@ def test_driver_timeline_after_the_bye_says_exited(clean_env):
     assert w.status == "exited"
 
 
-@pytest.mark.xfail(strict=True, reason="driver/subscriber.py: Subscriber.states() still says "
-                   "running for a worker with no job open (see issue 11; the builder says idle)")
 def test_driver_timeline_right_after_wait_for_jobs_is_not_running(clean_env):
     """Saved right after wait(jobs=1), before any bye, a worker whose job ended is idle, not
     running."""

@@ -288,8 +288,9 @@ class Subscriber(FrameReceiver):
             return self._cond.wait_for(done, timeout)
 
     def states(self) -> dict[str, str]:
-        """Each worker's status now: what its bye said, else running, stale (silent for over
-        stale_after s) or dead (its processes are gone from this host and it never said bye)."""
+        """Each worker's status now: what its bye said, else running (a job open), idle (no
+        job open), stale (silent for over stale_after s) or dead (its processes are gone from
+        this host and it never said bye)."""
         now = time.monotonic()
         with self._cond:
             out: dict[str, str] = {}
@@ -301,6 +302,8 @@ class Subscriber(FrameReceiver):
                         status = Status.DEAD
                     elif now - self._last_seen.get(wid, now) > self.stale_after:
                         status = Status.STALE
+                    elif not self._live.open_jobs(wid):
+                        status = Status.IDLE
                 out[wid] = status
             return out
 
