@@ -160,6 +160,7 @@ def test_a_watched_thread_has_its_own_cpu():
     """A watched thread that burns CPU reads its own CPU time (not the process's); a thread
     that ended is dropped."""
     done = threading.Event()
+    burned = threading.Event()
     tid = []
 
     def burn() -> None:
@@ -167,6 +168,7 @@ def test_a_watched_thread_has_its_own_cpu():
         end = time.thread_time() + 0.3
         while time.thread_time() < end:
             pass
+        burned.set()
         done.wait(10)
 
     th = threading.Thread(target=burn)
@@ -179,7 +181,7 @@ def test_a_watched_thread_has_its_own_cpu():
         tree.read(time.monotonic_ns())
         tree.watch_thread(os.getpid(), tid[0])
         tree.watch_thread(os.getpid(), threading.get_native_id())
-        time.sleep(0.4)
+        assert burned.wait(60), "the thread never got its 0.3 s of CPU"
         rows = {r[1]: r[2] for r in tree.read_threads(time.monotonic_ns())}
         assert rows[tid[0]]["cpu_user_s"] + rows[tid[0]]["cpu_system_s"] >= 0.25
         main = rows[threading.get_native_id()]
