@@ -4,7 +4,8 @@
     python examples/dask_cluster.py
 
 On a real cluster, bind the Subscriber where the workers can reach it, e.g.
-Subscriber("tcp://0.0.0.0:5555"), and pass endpoint="tcp://<driver-host>:5555".
+Subscriber("tcp://0.0.0.0:5555"), and pass its sub.endpoint with <driver-host> in place of
+0.0.0.0 (keep the ?curve=... part: it holds the keys the workers need).
 """
 
 from dask.distributed import Client, LocalCluster
