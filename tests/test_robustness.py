@@ -177,6 +177,8 @@ def test_run_counts_the_last_interval(clean_env, tmp_path):
 
 def test_light_workers_are_not_held_at_exit(clean_env):
     """A light worker's bye is acknowledged at once (it is never pinged), so it exits quickly."""
+    # The default bye timeout: the ack, not the timeout, must end the wait.
+    clean_env.delenv("WORKERSCOPE_BYE_TIMEOUT", raising=False)
     with Subscriber() as sub:
         r = subprocess.run(python_script(f"""
             import sys; sys.path.insert(0, {TESTS!r})
