@@ -136,8 +136,8 @@ class Rings:
             threads = [list(t) for t in batch.threads]
             for (rtype, job), records in groups.items():
                 kind = protocol.MARK if rtype == protocol.RECORD_MARK else protocol.SPANS
-                for i in range(0, len(records), step):
-                    yield kind, {"pid": batch.pid, "records": records[i:i + step],
+                for i, chunk in enumerate(_chunks(records, step, FRAME_BUDGET)):
+                    yield kind, {"pid": batch.pid, "records": chunk,
                                  "threads": threads if i == 0 else []}, job
             if threads and not groups:
                 yield protocol.SPANS, {"pid": batch.pid, "records": [], "threads": threads}, EVERY_JOB
@@ -194,3 +194,33 @@ def _alive(pid: int, path: str, inode: int) -> bool:
     except OSError:
         return False
     return data[data.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+# Span frames stay well inside the driver's frame cap (transport.MAX_FRAME_BYTES, 1 MiB): a
+# batch is cut at this many estimated bytes as well as at a count of records, since names,
+# attributes and tracebacks (up to 2 KiB each) make records of very different sizes.
+FRAME_BUDGET = 256 * 1024
+
+
+def _size(r: protocol.SpanRecord) -> int:
+    """A cheap upper estimate of a record's packed size."""
+    size = 64 + len(r.name) + (len(r.error) if r.error else 0)
+    if r.attrs:
+        size += sum(len(str(k)) + len(str(v)) + 8 for k, v in r.attrs.items())
+    return size
+
+
+def _chunks(records: list[protocol.SpanRecord], most: int,
+            budget: int) -> Iterator[list[protocol.SpanRecord]]:
+    chunk: list[protocol.SpanRecord] = []
+    used = 0
+    for r in records:
+        size = _size(r)
+        if chunk and (len(chunk) >= most or used + size > budget):
+            yield chunk
+            chunk, used = [], 0
+        chunk.append(r)
+        used += size
+    if chunk or not records:
+        yield chunk
+
