@@ -14,6 +14,7 @@ See docs/METRICS.md, "How a worker's death is named".
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import time
@@ -50,6 +51,8 @@ class Death:
     error: str
     figures: dict[str, Any]
 
+log = logging.getLogger("workerscope.sidecar")
+
 
 def _read_int(path: str) -> int | None:
     try:
@@ -69,8 +72,8 @@ def _oom_kills(path: str) -> int | None:
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
                     return int(value)
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError) as err:
+        log.debug("cgroup OOM counter %s unreadable: %s", path, err)
     return None
 
 

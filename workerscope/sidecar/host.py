@@ -11,12 +11,15 @@ What cannot be read is absent, never 0; `errors` says once what was missing and 
 
 from __future__ import annotations
 
+import logging
 import os
 
 UNLIMITED = 1 << 60  # cgroup v1 writes a huge number for "no limit"
 _TICK = os.sysconf("SC_CLK_TCK")
 _SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own size
 _CHUNK = 1 << 16
+
+log = logging.getLogger("workerscope.sidecar")
 
 
 def _read_int(path: str) -> int | None:
@@ -96,7 +99,7 @@ class HostSampler:
             try:
                 os.close(fd)
             except OSError:
-                pass  # already closed
+                log.debug("fd %d was closed already", fd)
         self._fds = {}
 
     def _read(self, name: str) -> bytes | None:

@@ -174,7 +174,8 @@ class Rings:
                 if os.stat(ring.path).st_ino == ring.inode:
                     os.unlink(ring.path)
             except OSError:
-                pass  # replaced or removed already: a new process with that pid has its own
+                # Replaced or removed already: a new process with that pid has its own.
+                log.debug("span ring %s gone before its removal", ring.path)
 
     def close(self) -> None:
         """Unmap every ring and remove the directory."""

@@ -3,10 +3,13 @@ says what it uses (see docs/METRICS.md)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+
+log = logging.getLogger("workerscope.sidecar")
 
 
 class SelfCost:
@@ -36,7 +39,7 @@ class SelfCost:
         try:
             out["rss_bytes"] = int(os.pread(self._fd, 4096, 0).split(None, 2)[1]) * _PAGE
         except (OSError, IndexError, ValueError):
-            pass  # absent, never 0
+            log.debug("sidecar RSS unreadable: left absent, never 0")
         if sample_cpu_ns is not None:
             out["sample_cost_s"] = sample_cpu_ns / 1e9
         if self._last is None:

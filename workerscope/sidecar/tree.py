@@ -23,6 +23,7 @@ No psutil: it makes several reads per value and scans all of /proc for children.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ _STATUS_FIELDS = {k: v for k, v in procfs.STATUS_FIELDS.items()
 ALL_THREADS_MAX = 64
 _GONE = (ProcessLookupError, FileNotFoundError)
 
+log = logging.getLogger("workerscope.sidecar")
+
 
 def _open(path: str) -> int:
     """A /proc file held for re-reading; OSError (ENOENT, ESRCH, EACCES, EMFILE) as is."""
@@ -63,7 +66,7 @@ def _close(fd: int) -> None:
         try:
             os.close(fd)
         except OSError:
-            pass  # already closed: nothing held
+            log.debug("fd %d was closed already", fd)
 
 
 def _pread_all(fd: int) -> bytes:

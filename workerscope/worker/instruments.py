@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 import sys
 import time
 import types
@@ -25,6 +26,8 @@ from . import recorder as rec
 F = TypeVar("F", bound=Callable[..., Any])
 _running_loop = asyncio.events._get_running_loop
 RECORDS = spanring.HEADER_WORDS  # where the records start, in words
+
+log = logging.getLogger("workerscope")
 
 
 # -- @timed ----------------------------------------------------------------------------------------
@@ -123,7 +126,7 @@ def _wrap_sync(fn: F, label: str, attrs: dict[str, Any] | None) -> F:
                 else:
                     w.finish(seq, end, st[1])
             except ValueError:
-                pass  # the ring was unmapped meanwhile (its link closed): nothing to complete
+                rec.ends_unwritten += 1  # the ring was unmapped meanwhile (its link closed)
 
     return wrapper  # type: ignore[return-value]
 
@@ -161,7 +164,9 @@ def _reset(token: Any) -> None:
     try:
         rec.async_ctx.reset(token)
     except ValueError:
-        pass  # ended in another context than it began (a coroutine driven by hand)
+        # Ended in another context than it began (a coroutine driven by hand): the span is
+        # recorded; only the enclosing-span marker of that context stays set.
+        log.debug("async span ended outside the context it began in")
 
 
 @overload
@@ -250,7 +255,7 @@ class _Span:
             else:
                 w.finish(seq, end, st[1])
         except ValueError:
-            pass  # the ring was unmapped meanwhile (its link closed): nothing to complete
+            rec.ends_unwritten += 1  # the ring was unmapped meanwhile (its link closed)
 
 
 class _AsyncSpan:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import logging
 import mmap
 import os
 import stat
@@ -43,6 +44,8 @@ from ..spanring import (
     WRAP,
 )
 
+# Span ends that found their ring already unmapped (the link closed under a running span).
+ends_unwritten = 0
 _ids = itertools.count(1)
 next_id: Callable[[], int] = _ids.__next__  # job ids (light and heavy)
 now_ns: Callable[[], int] = time.monotonic_ns
@@ -52,6 +55,8 @@ MAX_TRACEBACK = 2048  # characters of the traceback kept in a span's attrs
 _INSTRUMENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "instruments.py")
 _gens = itertools.count(1)
 _pack_words = struct.Struct("=5q").pack_into  # a record's words after its seq
+
+log = logging.getLogger("workerscope")
 
 
 def _load_fast() -> Any:
@@ -375,12 +380,14 @@ def _after_fork_in_child() -> None:
             parent.q.release()
             parent.mm.close()
         except (BufferError, ValueError):
-            pass  # a view still held somewhere: the mapping goes when the child exits
+            # A view still held somewhere: the mapping goes when the child exits.
+            log.debug("parent's span ring still mapped in a forked child")
     if was is not None:
         try:
             activate(Writer(os.path.dirname(was.path), was.cap))
         except OSError:
-            pass  # no room for a ring: this child records nothing
+            log.warning("workerscope: no span ring for forked child %d: its spans are not "
+                        "recorded", os.getpid())
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
