@@ -8,13 +8,12 @@ that says so.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import time
 import types
@@ -38,34 +37,19 @@ _ENV_VARS = tuple(env_names().values())
 
 
 # -- jobs ------------------------------------------------------------------------------------------
-_active_lock = threading.Lock()
-_active_jobs: list[int] = []
-
-
-def _activate(writer: spans.Writer | None, job: int) -> None:
-    # Spans go to the ring while any job runs; which job each belongs to is worked out where
-    # the ring is read (spanring.Jobs: the job on its thread, else the only one open).
-    with _active_lock:
-        _active_jobs.append(job)
-        if writer is not None:
-            spans.activate(writer)
-
-
-def _deactivate(job: int) -> None:
-    with _active_lock:
-        if job in _active_jobs:
-            _active_jobs.remove(job)
-        if not _active_jobs:
-            spans.deactivate()
+# Heavy jobs open in this process, in the order they began. A job that begins while one that
+# keeps its frames (a monitor) is open keeps its own too, and hands them to that one at its
+# end: the spans of a job go to the job itself (the innermost on its thread), and the outer
+# timeline would otherwise lack the inner job and everything in it.
+_heavy_lock = threading.Lock()
+_heavy_open: list[_HeavyJob] = []
 
 
 def _own_ring(config: Config) -> spans.Writer | None:
     """A ring for a job without a sidecar, read by the worker itself at the job's end."""
-    where = tempfile.mkdtemp(prefix=f"workerscope-own-{os.getpid()}-")
     try:
-        return spans.Writer(where, config.ring_records)
+        return spans.Writer(None, config.ring_records)
     except OSError:
-        shutil.rmtree(where, ignore_errors=True)
         return None
 
 
@@ -107,15 +91,22 @@ class _HeavyJob:
         self.lost: str | None = None
         self.job = spans.next_id()
         self.own: spans.Writer | None = None
+        self.keep = want_timeline
+        self.thread = threading.get_ident()
+        self.frames: list[bytes] = []  # this job's frames, when kept
+        self.nested: list[bytes] = []  # the frames of jobs that ran inside this one
 
     def start(self) -> None:
         from .link import get_link
 
         self.start_ns = time.time_ns()
         self.start_mono = time.monotonic_ns()
+        with _heavy_lock:
+            # Nested in a job that keeps its frames: keep this one's for it (see _heavy_open).
+            self.keep = self.want_timeline or bool(self._open_keepers())
         try:
             self.link = get_link(self.config)
-            self.link.job_start(self.job, self.name, self.config.out, keep=self.want_timeline)
+            self.link.job_start(self.job, self.name, self.config.out, keep=self.keep)
         except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
             self.lost = str(err)
             _warn(f"sidecar lost, the job runs unmonitored: {err!r}")
@@ -123,25 +114,39 @@ class _HeavyJob:
         if self.link is None:
             self.own = _own_ring(self.config)
         self.writer = self.link.writer if self.link is not None else self.own
-        _activate(self.writer, self.job)
+        spans.enter_job(self.job, self.writer)
+        with _heavy_lock:
+            _heavy_open.append(self)
+
+    def _open_keepers(self) -> list[_HeavyJob]:
+        """The open jobs this one is nested in (on its thread) that keep their timeline."""
+        return [j for j in _heavy_open
+                if j is not self and j.want_timeline and j.thread == self.thread]
 
     def end(self, exc: BaseException | None) -> None:
-        _deactivate(self.job)
+        spans.leave_job(self.job)
+        with _heavy_lock:
+            if self in _heavy_open:
+                _heavy_open.remove(self)
+            keepers = self._open_keepers()
         try:
             self._end(exc)
         finally:
             if self.own is not None:
                 spans.release(self.own)
-                shutil.rmtree(os.path.dirname(self.own.path), ignore_errors=True)
+        for outer in keepers:
+            outer.nested.extend(self.frames)
 
     def _end(self, exc: BaseException | None) -> None:
         status = Status.OK if exc is None else Status.ERROR
         error = None if exc is None else type(exc).__qualname__
         if self.link is not None:
             try:
-                frames = self.link.job_end(self.job, status, error, self.want_timeline)
+                frames = self.link.job_end(self.job, status, error, self.keep)
                 if frames is not None:
-                    self.timeline = build(frames)
+                    self.frames = frames
+                    if self.want_timeline:
+                        self.timeline = build(_merged(frames, self.nested))
                 return
             except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
                 self.lost = str(err)
@@ -196,6 +201,56 @@ class _HeavyJob:
             reader.close()
 
 
+def _merged(frames: list[bytes], nested: list[bytes]) -> list[bytes]:
+    """A job's frames and those of the jobs nested in it, each once: they share the hello and
+    the samples taken while both ran."""
+    seen = set(frames)
+    out = list(frames)
+    for f in nested:
+        if f not in seen:
+            seen.add(f)
+            out.append(f)
+    return out
+
+
+class _LightJob:
+    """A light job. Inside a heavy job of this process (a monitor), it is also a job of that
+    job's sidecar, so that job's timeline (and its driver) shows it and its spans."""
+
+    def __init__(self, config: Config, name: str) -> None:
+        # The ring is the process's: while a heavy job is open (on this thread, else on
+        # another), its sidecar reads the spans, this job's included once it is a job there.
+        here = threading.get_ident()
+        with _heavy_lock:
+            outer = next((j for j in reversed(_heavy_open) if j.thread == here),
+                         _heavy_open[-1] if _heavy_open else None)
+        self.sub: _HeavyJob | None = None
+        if outer is not None and outer.link is not None:
+            self.sub = _HeavyJob(dataclasses.replace(outer.config, out=None), name,
+                                 want_timeline=False)
+        self.light = light.LightJob(config, name, record_spans=self.sub is None)
+
+    def start(self) -> None:
+        if self.sub is not None:
+            self.sub.start()
+        self.light.start()
+
+    def end(self, exc: BaseException | None) -> None:
+        self.light.end(exc)
+        if self.sub is not None:
+            self.sub.end(exc)
+
+    @property
+    def stats(self) -> dict[str, float] | None:
+        return self.light.stats
+
+    @property
+    def timeline(self) -> Timeline:
+        if self.sub is not None and self.sub.frames:
+            return build(self.sub.frames)
+        return self.light.timeline
+
+
 class monitor:
     """Run a block under the sidecar sampler; `.timeline` holds the block's Timeline after exit.
 
@@ -242,7 +297,7 @@ class _Profiled:
         functools.update_wrapper(self, fn)
         self._mark_kind()
         self.last_stats: dict[str, float] | None = None
-        self.last_timeline: Timeline | None = None
+        self._last: _LightJob | Timeline | None = None
         self._cached: tuple[tuple[str | None, ...], Config] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -257,7 +312,7 @@ class _Profiled:
         functools.update_wrapper(self, self.fn)
         self._mark_kind()
         self.last_stats = None
-        self.last_timeline = None
+        self._last = None
         self._cached = None
 
     def _mark_kind(self) -> None:
@@ -285,18 +340,26 @@ class _Profiled:
             cached = self._cached = (key, config)
         return cached[1]
 
-    def _job(self, config: Config) -> _HeavyJob | light.LightJob:
+    @property
+    def last_timeline(self) -> Timeline | None:
+        """The last job's Timeline: a heavy job's when it kept one (out= set), a light job's
+        job, stats and spans (built when first asked for)."""
+        last = self._last
+        return last.timeline if isinstance(last, _LightJob) else last
+
+    def _job(self, config: Config) -> _HeavyJob | _LightJob:
         name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
         if config.mode == "light":
-            return light.LightJob(config, name)
+            return _LightJob(config, name)
         return _HeavyJob(config, name, want_timeline=config.out is not None)
 
-    def _end(self, job: _HeavyJob | light.LightJob, exc: BaseException | None) -> None:
+    def _end(self, job: _HeavyJob | _LightJob, exc: BaseException | None) -> None:
         job.end(exc)
-        if isinstance(job, light.LightJob):
+        if isinstance(job, _LightJob):
             self.last_stats = job.stats
+            self._last = job
         else:
-            self.last_timeline = job.timeline
+            self._last = job.timeline
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._is_gen:
@@ -347,8 +410,14 @@ class _Profiled:
         return result
 
 
-# A forked child runs none of its parent's jobs.
-os.register_at_fork(after_in_child=_active_jobs.clear)
+def _forget_after_fork() -> None:
+    # A forked child runs none of its parent's jobs (and a lock held at the fork stays held).
+    global _heavy_lock
+    _heavy_open.clear()
+    _heavy_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _trampoline(runner: _Profiled) -> Callable[..., Any]:

@@ -3,6 +3,11 @@
 Everything comes from getrusage and a few small /proc reads (no psutil objects, no threads):
 about 0.2 ms a job, most of it /proc/stat and the network counters. With an endpoint, the stats
 go to the driver as the job's end frame, through one non-blocking socket per worker process.
+
+Spans too: the process's first light job makes a span ring of its own (the layout the sidecar
+reads, spanring.py), kept for the jobs after it; each job reads what completed in it at its
+end, and sends it to the driver before its end frame. A ring that fills overwrites its oldest
+records, counted as spans_lost.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ import threading
 import time
 from typing import Any
 
-from .. import procfs, protocol
+from .. import procfs, protocol, spanring
+from ..builder import build
 from ..config import Config, public_endpoint
 from ..procfs import read_io, read_net_dev
-from ..protocol import Status
+from ..protocol import SpanRecord, Status
+from ..timeline import Timeline
 from . import recorder
 
 
@@ -118,6 +125,14 @@ EXIT_WAIT = 0.5
 log = logging.getLogger("workerscope")
 
 
+def _hello(config: Config) -> tuple[str, dict[str, Any]]:
+    """This process's light worker id and hello."""
+    host = socket.gethostname()
+    return (protocol.worker_id(host, os.getpid(), "light", config.node),
+            {"host": host, "node": config.node, "pid": os.getpid(),
+             "anchor": protocol.clock_anchor(), "boot_id": procfs.boot_id(), "mode": "light"})
+
+
 class _Sender:
     """One non-blocking socket per worker process for light-mode stats, shared by its threads
     (under a lock: a ZeroMQ socket must never be used by two threads at once)."""
@@ -126,14 +141,11 @@ class _Sender:
         from ..transport import Outbox  # zmq only for those who asked for an endpoint
 
         self.config = config
-        host = socket.gethostname()
-        self.worker = protocol.worker_id(host, os.getpid(), "light", config.node)
+        self.worker, self.hello = _hello(config)
         self.lock = threading.Lock()
         self.outbox = Outbox(config.endpoint or "")
         self.seq = -1
-        self.send(protocol.HELLO, {"host": host, "node": config.node, "pid": os.getpid(),
-                                   "anchor": protocol.clock_anchor(), "boot_id": procfs.boot_id(),
-                                   "mode": "light"})
+        self.send(protocol.HELLO, self.hello)
 
     def send(self, kind: str, body: dict[str, Any]) -> None:
         with self.lock:
@@ -177,14 +189,81 @@ def _close_senders() -> None:
 def _forget_after_fork() -> None:
     # The parent's sockets and zmq context must not be used in a forked child, and its peak
     # is not the child's.
-    global _lock, _lifetime_peak
+    global _lock, _lifetime_peak, _ring
     _lifetime_peak = 0
     _senders.clear()
     _lock = threading.Lock()
+    # The parent's ring is the parent's to read and remove (recorder.py has unmapped it).
+    _ring = None
 
 
 atexit.register(_close_senders)
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+class _Ring:
+    """This process's span ring for light jobs: anonymous memory (no file, no descriptor),
+    read by the worker itself."""
+
+    def __init__(self, capacity: int) -> None:
+        self.writer = recorder.Writer(None, capacity)
+        self.reader = spanring.RingReader(self.writer.mm, os.getpid())
+        self.jobs = spanring.Jobs()
+        self.lock = threading.Lock()  # one reader at a time: jobs of several threads end
+
+    def start(self, job: int, tid: int) -> None:
+        with self.lock:
+            self.jobs.start(job, os.getpid(), tid, time.monotonic_ns())
+
+    def read(self, job: int, tid: int) -> tuple[list[SpanRecord], list[tuple[int, str]], int]:
+        """At `job`'s end: every record completed since the last read (this job's, and those
+        of other threads' jobs that completed meanwhile), the threads named meanwhile, and how
+        many records the ring lost in all."""
+        with self.lock:
+            now = time.monotonic_ns()
+            self.jobs.end(job, now)
+            records = self.reader.read(self.jobs)
+            threads, self.reader.threads = self.reader.threads, []
+            # Every record begun so far has been given its job (a span still open keeps the
+            # one it got): ended jobs are needed no more, and a long table costs every read.
+            self.jobs.prune(now)
+            return records, threads, self.reader.lost
+
+    def close(self) -> None:
+        self.reader.close()
+        recorder.release(self.writer)
+
+
+_ring: _Ring | None = None
+_ring_failed = False
+
+
+def _own_ring(capacity: int) -> _Ring | None:
+    """The process's light ring of this capacity (made on first use); None if none can be."""
+    global _ring, _ring_failed
+    with _lock:
+        cap = spanring.capacity_for(capacity)
+        if _ring is not None and _ring.writer.cap != cap:
+            _ring.close()
+            _ring = None
+        if _ring is None and not _ring_failed:
+            try:
+                _ring = _Ring(cap)
+            except OSError as err:
+                _ring_failed = True
+                log.warning("workerscope: no span ring for light jobs (%s): their spans are not "
+                            "recorded", err)
+        return _ring
+
+
+def _close_ring() -> None:
+    global _ring
+    if _ring is not None:
+        _ring.close()
+        _ring = None
+
+
+atexit.register(_close_ring)
 
 
 # The highest VmHWM this process had before any reset of ours: its lifetime peak.
@@ -198,23 +277,78 @@ def _hwm() -> int:
         return 0
 
 
+# Span frames stay far below the driver's frame cap (transport.MAX_FRAME_BYTES, 1 MiB): cut
+# at this many estimated bytes (attributes and tracebacks make records of very different
+# sizes) as well as at protocol.MAX_RECORDS_PER_FRAME records.
+FRAME_BUDGET = 256 * 1024
+
+
+def span_frames(pid: int, records: list[SpanRecord], threads: list[tuple[int, str]],
+                lost: int | None) -> list[tuple[str, dict[str, Any]]]:
+    """Records as the sidecar sends them: spans and mark frames by job, the threads named in
+    the first, and the ring's running count of lost records (when given) in the last."""
+    groups: dict[tuple[int, int | None], list[SpanRecord]] = {}
+    for r in records:
+        groups.setdefault((r.kind, r.job), []).append(r)
+    out: list[tuple[str, dict[str, Any]]] = []
+    named = [list(t) for t in threads]
+    for (rtype, _), group in groups.items():
+        kind = protocol.MARK if rtype == protocol.RECORD_MARK else protocol.SPANS
+        chunk: list[SpanRecord] = []
+        size = 0
+        for r in group:
+            cost = 64 + len(r.name) + len(r.error or "") + (len(repr(r.attrs)) if r.attrs else 0)
+            if chunk and (size + cost > FRAME_BUDGET or len(chunk) >= protocol.MAX_RECORDS_PER_FRAME):
+                out.append((kind, {"pid": pid, "records": chunk, "threads": named}))
+                chunk, size, named = [], 0, []
+            chunk.append(r)
+            size += cost
+        out.append((kind, {"pid": pid, "records": chunk, "threads": named}))
+        named = []
+    if named or lost is not None:
+        out.append((protocol.SPANS, {"pid": pid, "records": [], "threads": named}))
+    if lost is not None:
+        out[-1][1]["spans_lost"] = lost
+        if lost:
+            out[-1][1]["notes"] = [
+                "span ring full: records were overwritten before the job's end read them "
+                "(spans_lost counts them; raise WORKERSCOPE_RING_RECORDS)"]
+    return out
+
+
 class LightJob:
     """One light-mode job: counters read at start() and end(), sent to the driver if there
-    is one. `stats` holds the job's flat stats after end()."""
+    is one, and its spans, read from the process's light ring at end(). `stats` holds the
+    job's flat stats after end(), `timeline` its job and spans.
 
-    def __init__(self, config: Config, name: str) -> None:
+    record_spans=False: the job runs inside a heavy job of this process, whose ring (and
+    sidecar) records its spans instead."""
+
+    def __init__(self, config: Config, name: str, record_spans: bool = True) -> None:
         self.config, self.name = config, name
+        self.record_spans = record_spans
         self.stats: dict[str, float] | None = None
+        self.ring: _Ring | None = None
+        self._frames: list[tuple[str, dict[str, Any]]] = []
+        self._timeline: Timeline | None = None
 
     def start(self) -> None:
         self.sender = _sender(self.config) if self.config.endpoint else None
         self.job = recorder.next_id()
+        self.tid = threading.get_native_id()
+        start = {"job": self.job, "name": self.name, "t": time.monotonic_ns(),
+                 "pid": os.getpid(), "tid": self.tid,
+                 # a driver that starts after this worker's hello still dates the job right
+                 "anchor": protocol.clock_anchor()}
+        self._frames = [(protocol.JOB_START, start)]
         if self.sender is not None:
-            self.sender.send(protocol.JOB_START, {
-                "job": self.job, "name": self.name, "t": time.monotonic_ns(),
-                "pid": os.getpid(), "tid": threading.get_native_id(),
-                # a driver that starts after this worker's hello still dates the job right
-                "anchor": protocol.clock_anchor()})
+            self.sender.send(protocol.JOB_START, start)
+        if self.record_spans:
+            self.ring = _own_ring(self.config.ring_records)
+        if self.ring is not None:
+            self.lost_before = self.ring.reader.lost
+            self.ring.start(self.job, self.tid)
+            recorder.enter_job(self.job, self.ring.writer)
         global _lifetime_peak
         # The process's peak so far, before a reset hides it from every tool (ru_maxrss too).
         _lifetime_peak = max(_lifetime_peak, _hwm())
@@ -226,8 +360,37 @@ class LightJob:
         lifetime = max(_lifetime_peak, _hwm())
         if lifetime:
             self.stats["lifetime_peak_rss_bytes"] = lifetime
+        if self.ring is not None:
+            recorder.leave_job(self.job)
+            records, threads, lost = self.ring.read(self.job, self.tid)
+            self.stats["spans"] = sum(r.job == self.job and r.kind == protocol.RECORD_SPAN
+                                      for r in records)
+            lost_here = lost - self.lost_before
+            self.stats["spans_lost"] = lost_here
+            frames = span_frames(os.getpid(), records, threads, lost)
+            # Its own timeline keeps this job's records; the driver gets them all.
+            self._frames.extend(span_frames(
+                os.getpid(), [r for r in records if r.job == self.job], threads, lost_here))
+        else:
+            frames = []
+        end = {"job": self.job, "t": time.monotonic_ns(),
+               "status": Status.OK if exc is None else Status.ERROR,
+               "error": None if exc is None else type(exc).__qualname__, "stats": self.stats}
+        self._frames.append((protocol.JOB_END, end))
         if self.sender is not None:
-            self.sender.send(protocol.JOB_END, {
-                "job": self.job, "t": time.monotonic_ns(),
-                "status": Status.OK if exc is None else Status.ERROR,
-                "error": None if exc is None else type(exc).__qualname__, "stats": self.stats})
+            for kind, body in frames:
+                self.sender.send(kind, body)
+            self.sender.send(protocol.JOB_END, end)
+
+    @property
+    def timeline(self) -> Timeline:
+        """The job, its stats and its spans as a Timeline (built when first asked for)."""
+        if self._timeline is None:
+            if self.sender is not None:
+                worker, hello = self.sender.worker, self.sender.hello
+            else:
+                worker, hello = _hello(self.config)
+            frames = [(protocol.HELLO, hello), *self._frames]
+            self._timeline = build(protocol.encode_frame(kind, worker, seq, body)
+                                   for seq, (kind, body) in enumerate(frames))
+        return self._timeline

@@ -74,27 +74,22 @@ fast: Any = _load_fast()
 
 
 class Writer:
-    """This process's span ring: a file `<pid>.ring` in a directory its sidecar reads."""
+    """This process's span ring: a file `<pid>.ring` in a directory its sidecar reads, or,
+    with no directory, anonymous memory that only this process reads (light mode)."""
 
-    def __init__(self, directory: str, capacity: int = spanring.DEFAULT_CAPACITY) -> None:
+    def __init__(self, directory: str | None, capacity: int = spanring.DEFAULT_CAPACITY) -> None:
         pid = os.getpid()
-        self.path = os.path.join(directory, f"{pid}.ring")
+        self.path = None if directory is None else os.path.join(directory, f"{pid}.ring")
         self.cap = spanring.capacity_for(capacity)
         parts = spanring.layout(self.cap)
-        tmp = f"{self.path}.new"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            # The whole file now: a full /dev/shm fails here (ENOSPC), not later, as a SIGBUS
-            # in the middle of the job.
-            os.posix_fallocate(fd, 0, parts["size"])
-            self.mm = mmap.mmap(fd, parts["size"])
-        except OSError:
-            os.unlink(tmp)
-            raise
-        finally:
-            os.close(fd)
-        spanring.init_header(self.mm, self.cap, pid)
-        os.replace(tmp, self.path)  # the sidecar sees only whole rings
+        if self.path is None:
+            # No file and no descriptor held (an mmap of a file keeps a copy of its fd open).
+            self.mm = mmap.mmap(-1, parts["size"])
+            spanring.init_header(self.mm, self.cap, pid)
+        else:
+            self.mm = _ring_file(self.path, parts["size"])
+            spanring.init_header(self.mm, self.cap, pid)
+            os.replace(f"{self.path}.new", self.path)  # the sidecar sees only whole rings
         self.q = memoryview(self.mm).cast("q")
         self.pid = pid
         self.gen = next(_gens)
@@ -221,6 +216,22 @@ class Writer:
             self.mm.close()
 
 
+def _ring_file(path: str, size: int) -> mmap.mmap:
+    """`path`.new, allocated whole and mapped."""
+    tmp = f"{path}.new"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        # The whole file now: a full /dev/shm fails here (ENOSPC), not later, as a SIGBUS
+        # in the middle of the job.
+        os.posix_fallocate(fd, 0, size)
+        return mmap.mmap(fd, size)
+    except OSError:
+        os.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+
+
 def describe(exc: BaseException | None) -> tuple[str, str]:
     """("Type: message", a short traceback) of an exception, both bounded."""
     if exc is None:
@@ -275,6 +286,34 @@ def deactivate() -> None:
     active = None
     if fast is not None:
         fast.set_active(False)
+
+
+# The jobs open in this process, in the order they began, with the ring each records into
+# (None: a job that brings no ring of its own). Spans go to the ring of the latest one that
+# has one, so a nested job with a ring of its own gives the outer job's back when it ends.
+_jobs_lock = threading.Lock()
+_open_jobs: list[tuple[int, Writer | None]] = []
+
+
+def enter_job(job: int, writer: Writer | None) -> None:
+    with _jobs_lock:
+        _open_jobs.append((job, writer))
+        if writer is not None:
+            activate(writer)
+
+
+def leave_job(job: int) -> None:
+    with _jobs_lock:
+        for i, (j, _) in enumerate(_open_jobs):
+            if j == job:
+                del _open_jobs[i]
+                break
+        latest = next((w for _, w in reversed(_open_jobs) if w is not None and not w.closed),
+                      None)
+        if latest is not None:
+            activate(latest)
+        elif not _open_jobs:
+            deactivate()
 
 
 def release(writer: Writer) -> None:
@@ -368,8 +407,10 @@ def _after_fork_in_child() -> None:
     """A forked child must never write into its parent's ring. If the parent was recording,
     the child gets its own ring, `<child pid>.ring` in the same directory, which the sidecar
     finds as the child joins the tree."""
-    global active, _current
+    global active, _current, _jobs_lock
     _tl.__dict__.clear()  # the forking thread has a new tid (its depth starts again at 0)
+    _open_jobs.clear()  # a forked child runs none of its parent's jobs
+    _jobs_lock = threading.Lock()
     was, parent = active, _current
     active = _current = None
     if fast is not None:
@@ -382,7 +423,7 @@ def _after_fork_in_child() -> None:
         except (BufferError, ValueError):
             # A view still held somewhere: the mapping goes when the child exits.
             log.debug("parent's span ring still mapped in a forked child")
-    if was is not None:
+    if was is not None and was.path is not None:  # an anonymous ring's reader is the parent
         try:
             activate(Writer(os.path.dirname(was.path), was.cap))
         except OSError:
