@@ -18,6 +18,8 @@ above, where a case takes long enough to be stable) and the size of what it writ
                    exporter pays to serialise that much data (the baseline for "x floor")
   chrome .json     to_chrome(t) then json.dumps(separators=(",", ":")).encode(): what
                    Timeline.save("x.json") does, per-span resource attribution included
+  .pftrace         Timeline.save("x.pftrace"): Perfetto's protobuf trace through the perfetto
+                   package's protos, streamed to the file in chunks (no per-span attribution)
   html             to_html(t).encode() (past 500k spans the shortest are binned)
   terminal report  terminal.report(t) (width 80): Gantt, workers, jobs and functions tables
   csv samples      to_csv(t).encode()
@@ -51,6 +53,7 @@ for _var in [v for v in os.environ if v.startswith("WORKERSCOPE_")]:
 
 import psutil  # noqa: E402
 
+from workerscope.errors import WorkerscopeError  # noqa: E402
 from workerscope.export.chrome import to_chrome  # noqa: E402
 from workerscope.export.csv import to_csv  # noqa: E402
 from workerscope.export.html import MAX_SPANS, to_html  # noqa: E402
@@ -177,6 +180,15 @@ def case_chrome(t: Timeline) -> int:
     return len(json.dumps(to_chrome(t), separators=(",", ":")).encode())
 
 
+def case_pftrace(t: Timeline, path: str) -> int:
+    from workerscope.export.pftrace import write_pftrace  # imported (warm) by main, as the rest
+
+    write_pftrace(t, path)
+    size = os.path.getsize(path)
+    os.unlink(path)
+    return size
+
+
 def case_html(t: Timeline) -> int:
     return len(to_html(t).encode())
 
@@ -283,6 +295,14 @@ def main(argv: list[str]) -> int:
     failed = 0
     tmpdir = tempfile.mkdtemp(prefix="bench-report-")
     path = os.path.join(tmpdir, "t.wsc")
+    pf_path = os.path.join(tmpdir, "t.pftrace")
+    try:
+        from workerscope.export.pftrace import trace_protos
+
+        trace_protos()  # its ~20 ms import paid here, as the other exporters' imports are
+        has_perfetto = True
+    except WorkerscopeError:
+        has_perfetto = False
     try:
         for n in sizes:
             t0 = time.perf_counter()
@@ -293,6 +313,7 @@ def main(argv: list[str]) -> int:
             cases: list[tuple[str, Callable[[], int]]] = [
                 ("json floor", lambda: case_floor(rows)),
                 ("chrome .json", lambda: case_chrome(t)),
+                (".pftrace", lambda: case_pftrace(t, pf_path)),
                 ("html" + (" (binned)" if len(t.spans) > MAX_SPANS else ""),
                  lambda: case_html(t)),
                 ("terminal report", lambda: case_report(t)),
@@ -302,6 +323,10 @@ def main(argv: list[str]) -> int:
             ]
             floor = None
             for label, fn in cases:
+                if label == ".pftrace" and not has_perfetto:
+                    print(f"{n:>9,}  {label:<16} (no perfetto package: pip install "
+                          "'workerscope[trace]')")
+                    continue
                 if label == ".wsc load" and not os.path.exists(path):
                     print(f"{n:>9,}  {label:<16} {'(no .wsc saved)':>9}")
                     continue

@@ -3,14 +3,18 @@
 `ts` and `dur` are microseconds relative to the trace start: epoch values would lose precision
 in Perfetto's UI. The epoch origin lives in otherData. Slices on one thread must nest; spans
 that overlap without nesting (async tasks on one event loop) go out as async b/e events.
+Counters are grouped and named by counters.py. For traces past a few hundred thousand spans,
+pftrace.py writes Perfetto's own format at a tenth of the size.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..timeline import Job, Span, Timeline
 from .attribution import NOT_FAILED, Attribution, attribute
+from .counters import counter_groups, counter_name, group_values
 from .deaths import is_cut_short
 
 
@@ -42,7 +46,7 @@ def _pid_map(t: Timeline) -> dict[tuple[str, int], int]:
     return out
 
 
-def _nested(spans: list[Span]) -> tuple[list[Span], list[Span]]:
+def split_nested(spans: list[Span]) -> tuple[list[Span], list[Span]]:
     """Split one thread's spans into those that nest properly and those that overlap."""
     nested, overlapping = [], []
     stack: list[Span] = []
@@ -95,7 +99,7 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
     for s in t.spans:
         by_thread.setdefault((pid_of(s.worker, s.pid), s.tid), []).append(s)
     for (p, tid), group in by_thread.items():
-        nested, overlapping = _nested(group)
+        nested, overlapping = split_nested(group)
         for s in nested:
             events.append({"ph": "X", "name": s.name, "cat": s.kind, "pid": p, "tid": tid,
                            "ts": _us(s.start_ns, origin), "dur": _us(s.end_ns, s.start_ns),
@@ -119,18 +123,7 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
             events.append({"ph": "i", "s": "p", "name": f"job {j.status}: {j.name}",
                            "pid": pid_of(j.worker, j.pid), "tid": j.tid or j.pid,
                            "ts": _us(end, origin), "args": args})
-    host_pid: dict[str, int] = {}
-    for smp in t.samples:
-        if smp.scope == "host" or smp.scope.startswith("gpu"):
-            # Host counters sit on the first worker of that host that reported them.
-            p = host_pid.setdefault(host_of.get(smp.worker, ""), pid_of(smp.worker, t.workers[smp.worker].pid)
-                                    if smp.worker in t.workers else 0)
-        else:
-            p = pid_of(smp.worker, smp.pid or 0)
-        ts = _us(smp.t_ns, origin)
-        for metric, value in smp.values.items():
-            events.append({"ph": "C", "name": f"{smp.scope}.{metric}", "pid": p, "ts": ts,
-                           "args": {"value": value}})
+    events.extend(_counters(t, origin, pid_of))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -145,20 +138,53 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
     }
 
 
-def _span_args(s: Span, attribution: Attribution,
-               jobs: dict[tuple[str, int, int], Job]) -> dict[str, Any]:
+def span_args(s: Span, jobs: dict[tuple[str, int, int], Job]) -> dict[str, Any]:
+    """A span's own arguments in either trace: its attrs, error, `cut_short: true` if its
+    process's death ended it, and for a job's span the figures of how its worker died."""
     args: dict[str, Any] = dict(s.attrs or {})
     if s.error:
         args["error"] = s.error
-    if s.job is not None:
-        args["job"] = s.job
     if is_cut_short(s):
         args["cut_short"] = True
     if s.kind == "job":
         job = jobs.get((s.worker, s.pid, s.id))
         if job is not None and job.death:
             args["death"] = job.death
+    return args
+
+
+def _span_args(s: Span, attribution: Attribution,
+               jobs: dict[tuple[str, int, int], Job]) -> dict[str, Any]:
+    args = span_args(s, jobs)
+    if s.job is not None:
+        args["job"] = s.job
     for key, value in attribution.get((s.worker, s.pid, s.id), {}).items():
         if value:  # zeros say nothing and cost ~20 bytes each, a million times over
             args[f"used.{key}"] = float(f"{value:.4g}")
     return args
+
+
+# A machine's counters sit on a process of their own per host, numbered above the pids
+# _pid_map hands out to colliding pids.
+_HOST_PID = 1 << 23
+
+
+def _counters(t: Timeline, origin: int, pid_of: Callable[[str, int], int]) -> list[dict[str, Any]]:
+    """"C" events grouped as counters.py orders them: each process's tree.* and proc.* first,
+    a thread's counters named with its tid, host.* and gpu<i>.* once per host on a process
+    named after the host, cumulative counters as rates (`<scope>.<metric>/s`)."""
+    workers, machines = counter_groups(t)
+    events: list[dict[str, Any]] = []
+    hosts = sorted({g.host for g in machines})
+    host_pid = {h: _HOST_PID + i for i, h in enumerate(hosts)}
+    for h, p in host_pid.items():
+        events.append({"ph": "M", "name": "process_name", "pid": p, "tid": 0,
+                       "args": {"name": f"host {h or 'localhost'}"}})
+    for g in (*workers, *machines):
+        p = host_pid[g.host] if g.pid is None else pid_of(g.worker, g.pid)
+        for t_ns, values in group_values(g):
+            ts = _us(t_ns, origin)
+            for metric, value in values:
+                events.append({"ph": "C", "name": counter_name(g.scope, metric, g.tid), "pid": p,
+                               "ts": ts, "args": {"value": value}})
+    return events

@@ -19,6 +19,12 @@ def _json(timeline: Timeline, path: str) -> str:
     return write_atomic(path, data)
 
 
+def _pftrace(timeline: Timeline, path: str) -> str:
+    from .pftrace import write_pftrace
+
+    return write_pftrace(timeline, path)
+
+
 def _html(timeline: Timeline, path: str) -> str:
     from .html import to_html
 
@@ -37,7 +43,8 @@ def _png(timeline: Timeline, path: str) -> str:
     return save_png(timeline, path)
 
 
-for _ext, _writer in ((".json", _json), (".html", _html), (".csv", _csv), (".png", _png)):
+for _ext, _writer in ((".json", _json), (".pftrace", _pftrace), (".html", _html), (".csv", _csv),
+                     (".png", _png)):
     register_format(_ext, _writer)
 
 
