@@ -27,13 +27,16 @@ from ..timeline import Span, Timeline
 from .attribution import DIED, Attribution, attribute, function_table, workers_table
 from .deaths import JOB_DIED, by_worker, deaths, figures, headline, is_cut_short, memory_limits
 from .html_tables import clip, deaths_html, esc, functions_html, header, iso, us, workers_html
+from .lanes import layout
 from .plotspec import PLOTS, plot_series
 from .units import BYTE_UNITS, fmt_seconds
 
 MAX_SPANS = 500_000  # spans embedded one by one; the shortest beyond this are binned
 SPAN_BINS = 4_000  # time bins per lane for the spans beyond MAX_SPANS
 MAX_POINTS = 4_000  # points per plotted series; denser series are min/max binned
-MAX_LANES = 24  # depth lanes per worker; deeper spans share the last lane (the page says so)
+# Lanes per worker (lanes.py: a lane per depth, and more for spans that run beside others);
+# spans past them share the last lane (the page says so).
+MAX_LANES = 24
 MAX_TRACEBACK = 1_500  # characters of a failed span's traceback (its end) kept for the tooltip
 
 # Attribution keys in tooltip order; any other key attribute() returns follows, sorted.
@@ -96,14 +99,19 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
     for smp in t.samples:
         last[smp.worker] = max(last[smp.worker], smp.t_ns)
 
-    depth = _depths(spans)
-    deep = sum(d >= MAX_LANES for d in depth)
-    if deep:
-        notices.append(f"{deep:,} spans nested deeper than {MAX_LANES} levels are drawn in "
-                       f"their worker's lane {MAX_LANES}.")
+    # Where each span is drawn to: a job still running runs on to its worker's last event.
+    ends = [max(last[s.worker], s.start_ns) if _running(s) else s.end_ns for s in spans]
+    placed = layout(spans, ends, MAX_LANES)
+    lane, depth = placed.lanes, placed.depths
+    squeezed = sum(n >= MAX_LANES for n in lane)
+    if squeezed:
+        notices.append(f"{squeezed:,} spans would need more than {MAX_LANES} lanes of their "
+                       f"worker (nested deeper, or running beside other spans) and are drawn "
+                       f"in its lane {MAX_LANES}.")
+    lane = [min(n, MAX_LANES - 1) for n in lane]
     lanes = dict.fromkeys(order, 1)
-    for s, d in zip(spans, depth, strict=True):
-        lanes[s.worker] = max(lanes[s.worker], min(d, MAX_LANES - 1) + 1)
+    for s, n in zip(spans, lane, strict=True):
+        lanes[s.worker] = max(lanes[s.worker], n + 1)
 
     keep, binned = spans, []
     if len(spans) > MAX_SPANS:
@@ -112,8 +120,9 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
                         key=lambda i: (spans[i].kind != "job", -spans[i].duration_ns))
         chosen = set(ranked[:MAX_SPANS])
         keep = [s for i, s in enumerate(spans) if i in chosen]
-        binned = [(s, d) for i, (s, d) in enumerate(zip(spans, depth, strict=True))
+        binned = [(s, n) for i, (s, n) in enumerate(zip(spans, lane, strict=True))
                   if i not in chosen]
+        lane = [n for i, n in enumerate(lane) if i in chosen]
         depth = [d for i, d in enumerate(depth) if i in chosen]
 
     names: dict[str, int] = {}
@@ -123,15 +132,14 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
     # 1 error, 2 job, 4 a job its worker died in, 8 still running, 16 cut short by a death
     flags = [(s.error is not None) | (s.kind == "job") << 1 | is_cut_short(s) << 4 for s in keep]
     for i, s in enumerate(keep):
-        status = s.kind == "job" and (s.attrs or {}).get("status")
-        if status in JOB_DIED:
+        if s.kind == "job" and (s.attrs or {}).get("status") in JOB_DIED:
             flags[i] |= 4
-        elif status == Status.RUNNING:  # still open: drawn up to its worker's last event
+        elif _running(s):  # still open: drawn up to its worker's last event
             flags[i] |= 8
             lengths[i] = _dur_us(max(last[s.worker] - s.start_ns, 0))
     cols = {
         "w": [widx[s.worker] for s in keep],
-        "d": [min(d, MAX_LANES - 1) for d in depth],
+        "d": lane,
         "n": [names.setdefault(s.name, len(names)) for s in keep],
         # deltas of the sorted starts: a few digits each
         "t": [b - a for a, b in pairwise([0, *starts])],
@@ -139,6 +147,8 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
         "f": flags,
         "h": [threads.setdefault((s.pid, s.tid), len(threads)) for s in keep],
     }
+    if lane != depth:  # spans ran beside others: their depth, for the tooltip, is not the lane
+        cols["e"] = depth
     errors = [[i, _error_text(s)] for i, s in enumerate(keep) if s.error is not None]
     # Attrs (a job's are its status and light-mode stats) as a table of distinct texts and,
     # per span that has any, the delta of its index and its text's number. A failed span's
@@ -248,38 +258,6 @@ def _attr_column(rows: list[dict[str, float]], key: str, scale: Any, walls: list
     return ",".join(out)
 
 
-def _depths(spans: list[Span]) -> list[int]:
-    """Depth of each span in its parent chain; a job is 0, a span with no known parent sits
-    under its job (1) or at 0 when it has none."""
-    key = {(s.worker, s.pid, s.id): i for i, s in enumerate(spans) if s.kind == "job"}
-    key.update({(s.worker, s.pid, s.id): i for i, s in enumerate(spans) if s.kind != "job"})
-    job = {(s.worker, s.job): i for i, s in enumerate(spans) if s.kind == "job"}
-    parent: list[int | None] = []
-    for i, s in enumerate(spans):
-        p = None
-        if s.kind != "job":
-            if s.parent is not None:
-                p = key.get((s.worker, s.pid, s.parent))
-            if p is None and s.job is not None:
-                p = job.get((s.worker, s.job))
-        parent.append(None if p == i else p)
-    depth = [-1] * len(spans)
-    for i in range(len(spans)):
-        if depth[i] >= 0:
-            continue
-        path: list[int] = []
-        j: int | None = i
-        while j is not None and depth[j] == -1:
-            depth[j] = -2  # on the path: a cycle in damaged data stops here
-            path.append(j)
-            j = parent[j]
-        base = depth[j] if j is not None and depth[j] >= 0 else -1
-        for k in reversed(path):
-            base += 1
-            depth[k] = base
-    return depth
-
-
 def _span_bins(binned: list[tuple[Span, int]], origin: int, end: int,
                widx: dict[str, int]) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {k: [] for k in "wdtlc"}
@@ -289,7 +267,7 @@ def _span_bins(binned: list[tuple[Span, int]], origin: int, end: int,
     acc: dict[tuple[int, int, int], list[int]] = {}
     for s, d in binned:
         b = int((s.start_ns - origin) / width)
-        cell = acc.setdefault((widx[s.worker], min(d, MAX_LANES - 1), b), [0, 0])
+        cell = acc.setdefault((widx[s.worker], d, b), [0, 0])
         cell[0] += 1
         cell[1] += s.duration_ns
     for (w, d, b), (count, total) in sorted(acc.items(), key=lambda kv: kv[0][2]):
@@ -352,6 +330,11 @@ def _thin(pts: list[tuple[int, float]]) -> list[tuple[int, float]]:
 
 
 # -- small helpers ------------------------------------------------------------------------------
+def _running(s: Span) -> bool:
+    """A job still open: drawn up to its worker's last event."""
+    return s.kind == "job" and (s.attrs or {}).get("status") == Status.RUNNING
+
+
 def _dur_us(ns: int) -> float:
     # Whole microseconds, except short spans, which keep nanoseconds to show "412 ns".
     return ns / 1000 if ns < 10_000 else round(ns / 1000)

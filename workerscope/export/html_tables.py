@@ -10,6 +10,7 @@ from typing import Any
 from ..timeline import Timeline
 from .attribution import DIED
 from .deaths import deaths, figures, headline
+from .overhead import cost_text, costs, summary
 from .units import fmt_bytes, fmt_seconds
 
 MAX_ROWS = 300  # rows of the per-function table
@@ -53,6 +54,11 @@ def header(t: Timeline, title: str, data: dict[str, Any], notices: list[str]) ->
     out = [f"<header><h1>{esc(title)}</h1>",
            f"<p class=\"meta\">{when} · <b>{nw:,}</b> workers · <b>{nj:,}</b> jobs"
            f" · <b>{ns:,}</b> spans · {len(t.marks):,} marks · {len(t.samples):,} samples</p>"]
+    cost = summary(t)
+    if cost:
+        out.append(f"<p class=\"meta\">{esc(cost)} <span class=\"hint\">(its sidecars' own "
+                   f"CPU over the time they sampled, their RSS and the CPU of one sample)"
+                   f"</span></p>")
     noted = [(wid, w) for wid, w in sorted(t.workers.items()) if w.notes or w.errors]
     if noted:
         out.append("<details open><summary>Worker notes</summary><ul class=\"notes\">")
@@ -78,10 +84,12 @@ def workers_html(t: Timeline, wtable: list[dict[str, Any]], data: dict[str, Any]
         first[smp.worker] = min(first.get(smp.worker, smp.t_ns), smp.t_ns)
     last_us = {w[0]: w[7] for w in data["workers"]}
     origin = data["origin_ns"]
+    cost = costs(t)
     out = ["<section><h2>Workers</h2><table class=\"tbl\"><thead><tr><th>worker</th><th>host</th>"
            "<th>pid</th><th>exit status</th><th>died of</th><th>jobs</th><th>failed</th>"
            "<th>frames lost</th>"
-           "<th>dropped</th><th>job time</th><th>active</th><th>straggler</th></tr></thead><tbody>"]
+           "<th>dropped</th><th>job time</th><th>active</th><th>straggler</th>"
+           + ("<th>workerscope used</th>" if cost else "") + "</tr></thead><tbody>"]
     for r in wtable:
         wid = r["worker"]
         active = (last_us.get(wid, 0) - us(first[wid], origin)) / 1e6 if wid in first else None
@@ -95,7 +103,9 @@ def workers_html(t: Timeline, wtable: list[dict[str, Any]], data: dict[str, Any]
             f"<td class=\"num\">{r['lost']:,}</td><td class=\"num\">{r['dropped']:,}</td>"
             f"<td class=\"num\">{esc(fmt_seconds(r['busy_s']))}</td>"
             f"<td class=\"num\">{esc(fmt_seconds(active))}</td>"
-            f"<td>{'⚠ straggler' if r['straggler'] else ''}</td></tr>")
+            f"<td>{'⚠ straggler' if r['straggler'] else ''}</td>"
+            + (f"<td>{esc(cost_text(cost[wid])) if wid in cost else ''}</td>" if cost else "")
+            + "</tr>")
     out.append("</tbody></table></section>")
     return "".join(out)
 

@@ -14,6 +14,7 @@ from ..timeline import Span, Timeline
 from .attribution import DIED
 from .breakdown import OTHERS
 from .deaths import by_worker, deaths, headline, is_cut_short, memory_limits
+from .lanes import layout
 from .plotspec import PLOTS, plot_series
 from .units import binary_scale, short_worker
 
@@ -28,7 +29,7 @@ OTHER_COLOR = "#e2e4e8"
 OTHERS_COLOR = "#8a94a6"  # the line summing the processes a breakdown does not draw
 JOB_COLOR = "#dfe6f0"
 MAX_LABELS = 80  # span names written on their bars, the widest first
-LANE_H = 0.18  # height of one depth lane, in worker rows
+LANE_H = 0.18  # height of one lane, in worker rows
 
 
 def _colors(t: Timeline) -> dict[str, str]:
@@ -50,23 +51,22 @@ def _ink(background: str) -> str:
 
 
 def _gantt(ax: Any, t: Timeline, workers: list[str], origin: int) -> None:
-    """Spans per worker, a lane per depth: jobs pale, each function its colour, a failed span
-    outlined in red, a span cut short by a death hatched; names on the wider bars; a legend."""
+    """Spans per worker, a lane per depth (more where spans ran at once): jobs pale, each
+    function its colour, a failed span outlined in red, a span cut short by a death hatched;
+    names on the wider bars; a legend."""
     from matplotlib.patches import Patch
 
     colors = _colors(t)
     x_span = max(((t.end_ns or 0) - origin) / 1e9, 1e-9)
     labels: list[tuple[float, float, float, str, str]] = []  # (width, x, y, name, colour)
     for row, wid in enumerate(workers):
-        depth_of: dict[int, int] = {}
         # One broken_barh per (lane, look): a million spans are a few collections, not a
         # million artists.
         lanes: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
         spans: list[Span] = sorted((s for s in t.spans if s.worker == wid),
                                    key=lambda s: (s.start_ns, -s.end_ns))
-        for s in spans:
-            depth = depth_of.get(s.parent, -1) + 1 if s.parent is not None else 0
-            depth_of[s.id] = depth
+        # A lane per depth, and more for spans that ran beside others (lanes.py)
+        for s, depth in zip(spans, layout(spans, limit=1_000).lanes, strict=True):
             color = JOB_COLOR if s.kind == "job" else colors[s.name]
             x, w = (s.start_ns - origin) / 1e9, s.duration_ns / 1e9
             lanes.setdefault((depth, color, s.error is not None, is_cut_short(s)), []).append(

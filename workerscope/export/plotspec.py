@@ -17,7 +17,7 @@ Points = list[tuple[int, float]]  # (t_ns, value), sorted by time
 class PlotSpec(NamedTuple):
     id: str  # the canvas id in the HTML report
     title: str
-    scope: str  # tree, host, gpu (any gpu<i> device), or proc: a per-process breakdown
+    scope: str  # tree, host, gpu (any gpu<i> device), sidecar, or proc: a per-process breakdown
     metrics: tuple[str, ...]  # summed; a sample missing one of them has no value
     rate: bool  # the metrics are cumulative counters: plot their rate per second
     per_device: bool  # a machine's counters (host, gpu<i>): one line per device, not per worker
@@ -41,6 +41,9 @@ PLOTS = (
              True, "B/s", "MiB/s"),
     PlotSpec("plot-gpu", "GPU util", "gpu", ("util_percent",), False, True, "%", "%"),
     PlotSpec("plot-gpumem", "GPU memory", "gpu", ("mem_used_bytes",), False, True, "B", "GiB"),
+    # What the monitoring itself cost (overhead.py tells it in words).
+    PlotSpec("plot-sidecar", "workerscope's own CPU", "sidecar", ("cpu_percent",), False, False,
+             "%", "% of a core"),
 )
 
 

@@ -19,7 +19,8 @@ const ss = new Float64Array(N), se = new Float64Array(N);
   let acc = 0;
   for (let i = 0; i < N; i++) { acc += S.t[i]; ss[i] = acc; se[i] = acc + S.l[i]; }
 }
-// Lanes: one per (worker, depth); each lane's spans in start order, for hit tests.
+// Lanes: S.d is each span's lane in its worker's band (lanes.py: its depth, unless it ran beside
+// other spans; then S.e holds the depths); each lane's spans in start order, for hit tests.
 const laneOff = new Int32Array(NW + 1);
 for (let w = 0; w < NW; w++) laneOff[w + 1] = laneOff[w] + W[w][4];
 const NL = laneOff[NW];
@@ -153,7 +154,7 @@ function clip(text, px, g) {
   return lo ? text.slice(0, lo) + "…" : "";
 }
 
-// ---- Gantt layout: a band per worker, a lane per depth ----
+// ---- Gantt layout: a band per worker, its lanes one under the other ----
 const laneH = Math.max(3, Math.min(16, Math.floor(1100 / Math.max(NL, 1))));
 const bandY = new Float64Array(NW + 1), bandH = new Float64Array(NW);
 const laneY = new Float64Array(NL);
@@ -535,7 +536,7 @@ function spanTip(el, i, wk, near) {
   line(el, D.names[sn[i]], "h");
   line(el, ((f & 2) ? "job" : "span") + " · " + fmtDur(endOf(i) - ss[i]) +
     ((f & 8) ? " (still running)" : "") + " · starts +" + fmtDur(Math.max(ss[i], 0)) +
-    " · depth " + sd[i]);
+    " · depth " + (S.e ? S.e[i] : sd[i]));
   line(el, "worker " + wk[0] + " · pid " + th[0] + " · tid " + th[1]);
   if (errOf.has(i)) line(el, "error: " + errOf.get(i), "e");
   if (f & 16) line(el, "cut short: still open when its process died; it ends at the death", "e");

@@ -13,9 +13,11 @@ from typing import Any
 
 from .. import protocol
 from ..protocol import Status
-from ..timeline import Timeline
+from ..timeline import Span, Timeline
 from .attribution import DIED, Attribution, function_table, workers_table
 from .deaths import by_worker, deaths, figures, is_cut_short
+from .lanes import layout
+from .overhead import cost_text, costs, summary
 from .units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
 
 LEVELS = " ▁▂▃▄▅▆▇█"
@@ -28,7 +30,8 @@ def gantt(t: Timeline, width: int = 80, color: bool = False) -> str:
 
     Span row: █ inside a span, ░ inside a job but no span, space idle, ▓ inside a span cut
     short by its process's death, ✗ where a worker died (killed, OOM-killed, sidecar lost),
-    ! where a span failed. CPU row: tree cpu_percent scaled to the peak of all workers.
+    ! where a span failed; jobs that ran at once in threads of the worker get a row each
+    ("lane 2", ...). CPU row: tree cpu_percent scaled to the peak of all workers.
     """
     start, end = t.start_ns, t.end_ns
     if start is None or end is None:
@@ -52,49 +55,70 @@ def gantt(t: Timeline, width: int = 80, color: bool = False) -> str:
     died_in = by_worker(t)
     for wid in sorted(t.workers):
         w = t.workers[wid]
-        row = [" "] * cols
+        mine, row_of, job_row = _rows(t, wid)
+        rows = [[" "] * cols for _ in range(max(row_of, default=0) + 1)]
         for j in t.jobs:
             if j.worker == wid:
+                row = rows[job_row.get((j.pid, j.id), 0)]
                 for c in range(col(j.start_ns), col(j.end_ns if j.end_ns else end) + 1):
                     row[c] = "░"
-        mine = [s for s in t.spans if s.worker == wid and s.kind != "job"]
-        for s in mine:
+        spans = [(s, rows[k]) for s, k in zip(mine, row_of, strict=True) if s.kind != "job"]
+        for s, row in spans:
             for c in range(col(s.start_ns), col(s.end_ns) + 1):
                 row[c] = "█"
-        for s in mine:  # drawn over the rest: what was lost to a death must not be hidden
+        for s, row in spans:  # drawn over the rest: what was lost to a death must not be hidden
             if is_cut_short(s):
                 for c in range(col(s.start_ns), col(s.end_ns) + 1):
                     row[c] = "▓"
-        for s in mine:
+        for s, row in spans:
             if s.error:
                 row[col(s.end_ns)] = "!"
         if wid in died_in:
-            row[col(died_in[wid].t_ns)] = "✗"
+            d = died_in[wid]
+            rows[job_row.get((d.job.pid, d.job.id), 0)][col(d.t_ns)] = "✗"
         elif w.status in DIED:
             last = max((j.end_ns or end for j in t.jobs if j.worker == wid), default=end)
-            row[col(last)] = "✗"
-        text = "".join(row)
-        if color:
-            text = text.replace("✗", f"{RED}✗{RESET}").replace("!", f"{RED}!{RESET}")
-        status = w.status if w.status != Status.RUNNING else ""
-        label = f"{short_worker(wid)} {status}"[:label_w]
-        lines.append(f"{label:<{label_w}} |{text}|")
+            rows[0][col(last)] = "✗"
+        for k, row in enumerate(rows):
+            text = "".join(row)
+            if color:
+                text = text.replace("✗", f"{RED}✗{RESET}").replace("!", f"{RED}!{RESET}")
+            status = w.status if w.status != Status.RUNNING else ""
+            label = f"{short_worker(wid)} {status}" if k == 0 else f"{_LANE_2[:-1]}{k + 1}"
+            lines.append(f"{label[:label_w]:<{label_w}} |{text}|")
         cpu_row = [" "] * cols
-        rows = sorted(cpu_by_worker.get(wid, []))
-        times = [ts for ts, _ in rows]
+        cpu_rows = sorted(cpu_by_worker.get(wid, []))
+        times = [ts for ts, _ in cpu_rows]
         for c in range(cols):
             # cpu_percent describes the interval that ends at its sample: a column shows the
             # sample whose interval covers the column's middle.
             mid = start + (2 * c + 1) * span_ns // (2 * cols)
             i = bisect.bisect_left(times, mid)
-            if 0 < i < len(rows) or (i == 0 and rows and times[0] == mid):
-                level = round(rows[i][1] / scale * (len(LEVELS) - 1))
+            if 0 < i < len(cpu_rows) or (i == 0 and cpu_rows and times[0] == mid):
+                level = round(cpu_rows[i][1] / scale * (len(LEVELS) - 1))
                 cpu_row[c] = LEVELS[max(1, min(level, len(LEVELS) - 1))]
         cpu = "".join(cpu_row)
         if color:
             cpu = f"{DIM}{cpu}{RESET}"
         lines.append(f"{cpu_label:<{label_w}} |{cpu}|")
     return "\n".join(lines) + "\n"
+
+
+MAX_ROWS = 8  # span rows per worker in the Gantt; jobs beyond share the last
+_LANE_2 = "  lane 2"  # the label of a worker's second row
+
+
+def _rows(t: Timeline, wid: str) -> tuple[list[Span], list[int], dict[tuple[int, int], int]]:
+    """A worker's spans, the Gantt row of each, and the row of each job, by (pid, id). One
+    row, unless jobs (or spans outside any job) ran at once, in threads: each gets a row of
+    its own, the first free one (lanes.py), its spans on its row."""
+    mine = sorted((s for s in t.spans if s.worker == wid), key=lambda s: (s.start_ns, -s.end_ns))
+    placed = layout(mine, limit=1_000)
+    outer = sorted({placed.lanes[r] for r in placed.roots})
+    rank = {lane: min(k, MAX_ROWS - 1) for k, lane in enumerate(outer)}
+    row_of = [rank[placed.lanes[r]] for r in placed.roots]
+    job_row = {(s.pid, s.id): k for s, k in zip(mine, row_of, strict=True) if s.kind == "job"}
+    return mine, row_of, job_row
 
 
 MIN_CLIPPED = 12  # a clipped column keeps at least this many characters
@@ -194,13 +218,28 @@ def workers_text(t: Timeline, width: int | None = None) -> str:
                   {3, 4, 5, 6}, width, clip=(0,))
 
 
-def _key(t: Timeline) -> str:
-    """What the Gantt's symbols mean, those that it shows."""
+def cost_lines(t: Timeline, width: int = 80) -> str:
+    """What workerscope used (its sidecars' CPU, RSS and cost a sample): over all workers,
+    then each worker's when there are several; "" with no `sidecar` samples."""
+    line = summary(t)
+    if line is None:
+        return ""
+    out = _wrap([line], width, indent="")
+    each = costs(t)
+    if len(each) > 1:
+        for wid, c in each.items():
+            out.extend(_wrap([f"{short_worker(wid)}  {cost_text(c)}"], width, indent="  "))
+    return "\n".join(out) + "\n"
+
+
+def _key(t: Timeline, lanes: bool) -> str:
+    """What the Gantt's symbols mean, those that it shows (`lanes`: it has a "lane 2" row)."""
     spans = [s for s in t.spans if s.kind != "job"]
     key = [("█", "span", bool(spans)), ("░", "job, no span", bool(t.jobs)),
            ("▓", "cut short by a death", any(is_cut_short(s) for s in spans)),
            ("!", "failed", any(s.error for s in spans)),
-           ("✗", "died", bool(deaths(t)) or any(w.status in DIED for w in t.workers.values()))]
+           ("✗", "died", bool(deaths(t)) or any(w.status in DIED for w in t.workers.values())),
+           ("lane 2", "a job run beside the one above (another thread)", lanes)]
     return "  ".join(f"{sym} {what}" for sym, what, shown in key if shown)
 
 
@@ -246,9 +285,10 @@ def _wrap(phrases: list[str], width: int, indent: str = "    ") -> list[str]:
 
 def report(t: Timeline, width: int = 80, color: bool = False) -> str:
     """Everything: the Gantt and its key, workers, jobs, deaths and functions, and notes."""
-    key = _key(t)
-    parts = [gantt(t, width, color) + ("\n".join(_wrap([key], width, "")) + "\n" if key else ""),
-             workers_text(t, width), jobs_table(t, width)]
+    drawn = gantt(t, width, color)
+    key = _key(t, f"\n{_LANE_2}" in drawn)
+    parts = [drawn + ("\n".join(_wrap([key], width, "")) + "\n" if key else ""),
+             workers_text(t, width) + cost_lines(t, width), jobs_table(t, width)]
     died = deaths_text(t, width)
     if died:
         parts.append(died)

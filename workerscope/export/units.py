@@ -65,6 +65,17 @@ def fmt_percent(percent: float | None) -> str:
     return f"{percent:.0f}%"
 
 
+def fmt_share(percent: float | None) -> str:
+    """A share that is often small, such as what a monitor uses of a core: two significant
+    digits below 10% ("0.42%", "3.1%"), whole from there ("42%", as fmt_percent)."""
+    if percent is None or not math.isfinite(percent):
+        return MISSING
+    if abs(percent) >= 9.95:
+        return fmt_percent(percent)
+    text = f"{float(f'{percent:.2g}'):f}".rstrip("0").rstrip(".")  # never in exponent form
+    return f"{text if text not in ('', '-0') else '0'}%"
+
+
 def short_worker(worker_id: str) -> str:
     """A worker's label in every view: host:pid of its id ([node/]host:pid:sidecar)."""
     parts = worker_id.split(":")
