@@ -1,10 +1,10 @@
 """What a live view shows of each worker, kept up to date cheaply as frames arrive.
 
 Only the latest values stay in memory (the full record is the Timeline's business): each
-worker's last tree sample, GPU use, open jobs and last span, and the durations of the last
-KEEP_JOBS jobs, against which a running job is judged a straggler by the one rule every view
-uses, `workerscope.timeline.is_straggler`. Not thread-safe: the Subscriber calls it under its
-lock.
+worker's last tree sample, GPU use, open jobs, last span and count of failed jobs, and the
+durations of the last KEEP_JOBS jobs, against which a running job is judged a straggler by
+the one rule every view uses, `workerscope.timeline.is_straggler`. CPU and GPU use show only
+for a running worker. Not thread-safe: the Subscriber calls it under its lock.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import protocol
+from ..protocol import Status
 from ..timeline import Worker, is_straggler
 
 # Durations of this many most recent jobs make the median a running job is judged against.
@@ -29,6 +30,7 @@ class WorkerLive:
     gpu_util: float | None = None  # mean util_percent over the GPUs of the last sample
     jobs: dict[int, tuple[str, float]] = field(default_factory=dict)  # id -> (name, started)
     span: str | None = None  # the name of the last span (or mark) recorded
+    failed_jobs: int = 0  # jobs that ended otherwise than ok
 
 
 class LiveState:
@@ -55,6 +57,8 @@ class LiveState:
             started = w.jobs.pop(_job_id(b), None)
             if started is not None:
                 self.job_seconds.append(now - started[1])
+            if b.get("status", Status.OK) != Status.OK:
+                w.failed_jobs += 1
         elif frame.kind == protocol.SPANS and b.get("records"):
             w.span = str(protocol.SpanRecord(*b["records"][-1]).name)  # an older one: shorter
 
@@ -71,13 +75,18 @@ class LiveState:
         for wid, worker in sorted(workers.items()):
             w = self.workers.get(wid) or WorkerLive()
             running = max((now - t0 for _, t0 in w.jobs.values()), default=None)
+            # CPU and GPU use are rates of the present: a worker with no job running is not
+            # sampled, and its last reading says nothing of now. RSS is a level: it stays.
+            busy = states.get(wid) == Status.RUNNING
             rows.append({
                 "worker": wid, "host": worker.host, "pid": worker.pid,
                 "status": states.get(wid, ""),
                 "job": ", ".join(name for name, _ in w.jobs.values()) or None,
-                "span": w.span, "cpu_percent": w.tree.get("cpu_percent"),
-                "rss_bytes": w.tree.get("rss_bytes"), "gpu_util_percent": w.gpu_util,
-                "lost": lost.get(wid, 0), "dropped": dropped.get(wid, 0), "running_s": running,
+                "span": w.span, "cpu_percent": w.tree.get("cpu_percent") if busy else None,
+                "rss_bytes": w.tree.get("rss_bytes"),
+                "gpu_util_percent": w.gpu_util if busy else None,
+                "failed_jobs": w.failed_jobs, "lost": lost.get(wid, 0),
+                "dropped": dropped.get(wid, 0), "running_s": running,
                 "straggler": running is not None and is_straggler(running, done),
             })
         return rows
