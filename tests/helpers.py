@@ -7,6 +7,7 @@ the wall clock would get less than a core and burn less than the test expects.
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import subprocess
 import sys
@@ -141,3 +142,30 @@ def orphan_sidecars() -> list[int]:
         except psutil.Error:
             continue  # it ended while we looked
     return out
+
+
+def lithops_localhost(lithops):
+    """A Lithops FunctionExecutor on its localhost backend and storage, its workers started
+    with this interpreter (Lithops starts `python` from PATH by default)."""
+    return lithops.FunctionExecutor(config={
+        "lithops": {"backend": "localhost", "storage": "localhost", "log_level": "WARNING"},
+        "localhost": {"runtime": sys.executable}})
+
+
+def lithops_clean(fexec) -> None:
+    """Clean a Lithops executor's storage and wait for the helper process that does it."""
+    fexec.clean(clean_cloudobjects=True)
+    cleaners = [p for p in psutil.Process().children()
+                if "lithops.scripts.cleaner" in " ".join(p.cmdline())]
+    psutil.wait_procs(cleaners, timeout=60)
+
+
+def run_ray_driver(code: str, endpoint: str) -> object:
+    """Run a Ray driver script (`code`, given `endpoint` as its argument) in a process of its
+    own, as Ray keeps descriptors open after shutdown; its last line of output, as JSON."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=here)  # Ray's workers import tests/jobs.py too
+    r = subprocess.run([sys.executable, "-c", code, endpoint], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])

@@ -3,14 +3,10 @@ driver: multiprocessing (fork and spawn), Dask distributed, Lithops localhost, R
 
 from __future__ import annotations
 
-import json
 import multiprocessing
-import os
-import subprocess
-import sys
 
-import psutil
 import pytest
+from helpers import lithops_clean, lithops_localhost, run_ray_driver
 from jobs import job
 
 from workerscope import Subscriber, profiled
@@ -66,18 +62,11 @@ def test_lithops_localhost(clean_env, tmp_path):
     lithops = pytest.importorskip("lithops")
     with Subscriber() as sub:
         wrapped = profiled(job, mode="heavy", interval=0.05, endpoint=sub.endpoint)
-        fexec = lithops.FunctionExecutor(config={
-            "lithops": {"backend": "localhost", "storage": "localhost", "log_level": "WARNING"},
-            # Lithops starts `python` from PATH by default; the workers need this environment.
-            "localhost": {"runtime": sys.executable}})
+        fexec = lithops_localhost(lithops)
         # Ship only the job module: workerscope itself is installed where the workers run.
         fexec.map(wrapped, range(4), include_modules=["jobs"])
         results = fexec.get_result()
-        fexec.clean(clean_cloudobjects=True)
-        # Lithops cleans its storage in a helper process of its own: let it finish.
-        cleaners = [p for p in psutil.Process().children()
-                    if "lithops.scripts.cleaner" in " ".join(p.cmdline())]
-        psutil.wait_procs(cleaners, timeout=60)
+        lithops_clean(fexec)
         assert [r["n"] for r in results] == list(range(4))
         assert sub.wait(jobs=4, timeout=60)
         _check(sub, sub.timeline(), 4)
@@ -112,11 +101,6 @@ def test_ray(clean_env):
     function decorated with `@profiled(...)`. Ray's driver runs in a process of its own (it
     keeps descriptors open after shutdown); the Subscriber is here."""
     pytest.importorskip("ray")
-    here = os.path.dirname(os.path.abspath(__file__))
     with Subscriber() as sub:
-        env = dict(os.environ, PYTHONPATH=here)  # Ray's workers import tests/jobs.py too
-        r = subprocess.run([sys.executable, "-c", RAY_DRIVER, sub.endpoint], env=env,
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-3000:]
-        assert json.loads(r.stdout.strip().splitlines()[-1]) == list(range(6))
+        assert run_ray_driver(RAY_DRIVER, sub.endpoint) == list(range(6))
         _check(sub, sub.timeline(), 6)

@@ -1,0 +1,41 @@
+"""Ray: `@profiled_remote(...)` in place of `@ray.remote(...)` makes every call of a task a job.
+
+    @profiled_remote(endpoint=sub.endpoint, num_cpus=1)   # workerscope's options, then Ray's
+    def work(x): ...
+    ray.get([work.remote(i) for i in range(8)])
+
+Ray offers no per-task hook in its workers: `runtime_env`'s `worker_process_setup_hook` runs
+once per worker process, and nothing it can reach through Ray's public API sees the tasks that
+follow. So the task function itself carries the job, as `ray.remote(profiled(fn, ...))` would;
+this spares the user the nesting and the split of the options. Without options the settings
+come from the workers' environment: `ray.init(runtime_env={"env_vars":
+{"WORKERSCOPE_ENDPOINT": sub.endpoint, "WORKERSCOPE_MODE": "heavy"}})` reaches every worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from ..worker.jobs import profiled
+
+# profiled's options; every other keyword is Ray's.
+_OURS = ("mode", "interval", "endpoint", "out", "node", "samples_per_frame", "reset_peak")
+
+
+def profiled_remote(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """`ray.remote` over `profiled`: bare (`@profiled_remote`, settings from the workers'
+    WORKERSCOPE_* variables, heavy mode unless they say otherwise) or called with profiled's
+    options and ray.remote's together. Functions only: an actor's methods are not jobs."""
+    ours = {k: options.pop(k) for k in _OURS if k in options}
+    ours.setdefault("mode", "heavy")
+    if fn is None:
+        return lambda f: _remote(f, ours, options)
+    return _remote(fn, ours, options)
+
+
+def _remote(fn: Callable[..., Any], ours: dict[str, Any], theirs: dict[str, Any]) -> Any:
+    job = profiled(fn, **ours)
+    return ray.remote(**theirs)(job) if theirs else ray.remote(job)
