@@ -80,7 +80,9 @@ class _Writer:
     def flush(self) -> None:
         if self.count:
             self.f.write(self.trace.SerializeToString())
-            self.trace.Clear()
+            # A new message, not Clear(): protobuf's upb backend keeps a message's memory in an
+            # arena that Clear() does not give back, so one reused Trace grew by the whole file.
+            self.trace = self.pb.Trace()
             self.count = 0
 
 
