@@ -71,6 +71,20 @@ def test_dask_plugin_every_task_a_job(clean_env):
     assert all(lost == 0 for lost in sub.lost.values())
 
 
+
+def test_dask_plugin_bad_variable_in_worker(clean_env):
+    """A bad WORKERSCOPE_* variable where the workers run fails no task: they run unmonitored."""
+    distributed = pytest.importorskip("distributed")
+    from workerscope.engines import WorkerscopePlugin
+
+    clean_env.setenv("WORKERSCOPE_INTERVAL", "soon")  # the workers' processes inherit it
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        clean_env.delenv("WORKERSCOPE_INTERVAL")
+        client.register_plugin(WorkerscopePlugin(interval=0.05))
+        assert [r["n"] for r in client.gather(client.map(job, range(4)))] == list(range(4))
+
 RAY_DRIVER = """
 import json, sys
 import ray

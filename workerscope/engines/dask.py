@@ -133,8 +133,13 @@ class WorkerscopePlugin(WorkerPlugin):
     def _run(self, key: Hashable, fn: Callable[..., Any], args: tuple[Any, ...],
              kwargs: dict[str, Any]) -> Any:
         """Run what Dask submitted for task `key` as one job, in this thread."""
-        name = self._name(key)
-        job = profiled(_as_named(name), **self.options)
+        try:
+            job = profiled(_as_named(self._name(key)), **self.options)
+        except ConfigError as err:
+            # A bad WORKERSCOPE_* variable in this worker: profiled checks it when it is made,
+            # and that must not fail the task. (profiled itself, made in the client, runs on.)
+            _warn_once(f"{err}; the worker's tasks run unmonitored")
+            return fn(*args, **kwargs)
         result: list[Any] = []
         try:
             return job(fn, args, kwargs, result)
@@ -160,6 +165,15 @@ class WorkerscopePlugin(WorkerPlugin):
         except ConfigError as err:
             log.warning("workerscope: %s; the plugin runs with the settings it was given", err)
             return resolve({}, **self.options)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _warned:
+        _warned.add(msg)
+        log.warning("workerscope: %s", msg)
 
 
 def _as_named(name: str) -> Callable[..., Any]:
