@@ -11,6 +11,7 @@ from helpers import burn_code, python_script, run_cli
 from jobs import job
 
 from workerscope import load, profiled
+from workerscope.export.chrome import to_chrome
 
 
 def chrome_events(path):
@@ -19,19 +20,10 @@ def chrome_events(path):
     return data["traceEvents"]
 
 
-def tree_series(events):
-    """The tree's counters in a Chrome trace, as (ts in us, {metric: value}) in time order."""
-    by_ts = defaultdict(dict)
-    for e in events:
-        if e["ph"] == "C" and e["name"].startswith("tree."):
-            by_ts[e["ts"]][e["name"][len("tree."):]] = e["args"]["value"]
-    return sorted(by_ts.items())
-
-
 def test_run_samples_whole_tree(clean_env, tmp_path):
     """`run` on a command whose 2 children each burn 2 s of CPU: counters for all 3 pids, the
     tree's CPU time holds both children's, and its CPU % adds up to that time."""
-    out = tmp_path / "t.json"
+    out = tmp_path / "t.wsc"
     code = f"""
         import subprocess, sys
         kids = [subprocess.Popen([sys.executable, "-c", {burn_code(2.0)!r}]) for _ in range(2)]
@@ -42,26 +34,26 @@ def test_run_samples_whole_tree(clean_env, tmp_path):
     r = run_cli("run", "--interval", "0.2", "-o", str(out), "--", *python_script(code))
     assert r.returncode == 0, r.stderr
     kid_pids = {int(p) for p in r.stdout.split()}
-    events = chrome_events(out)
+    t = load(out)
     counters = defaultdict(set)
-    for e in events:
-        if e["ph"] == "C":
+    for e in to_chrome(t)["traceEvents"]:
+        if e["ph"] == "C" and e["name"].startswith(("proc.", "tree.")):  # host.*: a track of its own
             counters[e["pid"]].add(e["name"])
     assert kid_pids <= set(counters), counters.keys()
     assert len(counters) == 3
     for pid in kid_pids:
         assert "proc.cpu_percent" in counters[pid] and "proc.rss_bytes" in counters[pid]
-    tree = tree_series(events)
+    tree = [(s.t_ns, s.values) for s in t.samples if s.scope == "tree"]
     cpu_s = [v.get("cpu_user_s", 0) + v.get("cpu_system_s", 0) for _, v in tree]
     # 4 s burned, plus three interpreters' start-up; one child alone would be ~2 s.
     assert 4.0 <= cpu_s[-1] <= 5.0, cpu_s[-1]
     # Each cpu_percent is the rate since the previous one (or since the first sample), so over
     # the run they add up to the CPU time gained: whatever share of the cores the load left.
     added, since, gained = 0.0, tree[0][0], 0.0
-    for (t, v), total in zip(tree, cpu_s, strict=True):
+    for (t_ns, v), total in zip(tree, cpu_s, strict=True):
         if "cpu_percent" in v:
-            added += v["cpu_percent"] / 100 * (t - since) / 1e6
-            since, gained = t, total - cpu_s[0]
+            added += v["cpu_percent"] / 100 * (t_ns - since) / 1e9
+            since, gained = t_ns, total - cpu_s[0]
     # The sidecar starts alongside the command, so some burning may precede its first sample.
     assert gained >= 2.0 and abs(added - gained) <= 0.02 * gained, (added, gained)
     assert "wrote" in r.stderr
