@@ -108,3 +108,28 @@ def test_run_records_the_spans_of_the_commands_python_processes(clean_env, tmp_p
     outer = next(s for s in t.spans if s.name == "outer")
     assert sum(s.parent == outer.id for s in steps) == 1
     assert len({s.pid for s in steps}) == 2, "the forked child's span is there too"
+
+
+def test_run_samples_in_its_own_process(clean_env, tmp_path):
+    """`run` starts no second interpreter for its sampler: while the command runs, the
+    command is run's only child (issue 11: a sidecar's start-up cost more than sampling)."""
+    import psutil
+
+    started, end, out = tmp_path / "started", tmp_path / "end", tmp_path / "t.wsc"
+    code = (f"import os, pathlib, time; pathlib.Path({str(started)!r}).touch()\n"
+            f"while not os.path.exists({str(end)!r}): time.sleep(0.01)\n")
+    proc = start_run("--interval", "0.05", "-o", str(out), "--", sys.executable, "-c", code)
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline, "the command never started"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.02)
+        kids = psutil.Process(proc.pid).children()
+        assert len(kids) == 1 and "workerscope" not in " ".join(kids[0].cmdline()), kids
+    finally:
+        end.touch()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    t = load(out)
+    assert [s for s in t.samples if s.scope == "tree"], "sampled all the same"

@@ -285,3 +285,23 @@ def test_a_thread_born_between_two_readings_says_when_it_started():
         if tid:
             th.join()
         tree.close()
+
+
+def test_cheap_discovery_still_sees_a_new_child_and_an_exit():
+    """discover(cheap=True) skips the walk only while nothing can have changed: a child
+    forked since the last walk is found, and one that exited is gone, at the next call."""
+    tree = ProcessTree(os.getpid(), slow_every_ns=HOUR)
+    try:
+        tree.discover()
+        tree.read(time.monotonic_ns())
+        kid = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                               stdin=subprocess.PIPE)
+        new, _ = tree.discover(cheap=True)
+        assert kid.pid in {pid for pid, _, _ in new}
+        kid.stdin.close()
+        kid.wait()
+        tree.read(time.monotonic_ns())
+        _, gone = tree.discover(cheap=True)
+        assert kid.pid in gone and kid.pid not in tree.members
+    finally:
+        tree.close()
