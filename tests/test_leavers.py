@@ -180,3 +180,29 @@ def test_a_member_reparented_in_the_jobs_group_is_followed(tmp_path):
         assert tree.take_notes() == []  # said once
     finally:
         stop_job(tree, job, daemon, tmp_path)
+
+
+def test_a_process_that_left_before_any_walk_is_followed_and_said_once(tmp_path):
+    """A grandchild reparented away before the tree was ever walked is found among its
+    reaper's new children (it started after the root, in its process group), followed, and
+    said once, however many walks follow."""
+    job, daemon = start_job(tmp_path, setsid=False)
+    (tmp_path / "go").touch()
+
+    def reparented() -> bool:
+        parent = ppid_of(daemon)  # no longer the middle process, a child of the job
+        return parent is not None and parent != job.pid and ppid_of(parent) != job.pid
+
+    wait_until(reparented, "the reparenting")
+    tree = ProcessTree(job.pid)
+    try:
+        new, _ = tree.discover(full=True)
+        assert daemon in {pid for pid, _, _ in new} and daemon in tree.members
+        (note,) = tree.take_notes()
+        assert f"pid {daemon} " in note and "before a sample saw it" in note
+        assert "followed: same process group" in note
+        for _ in range(3):
+            tree.discover(full=True)
+        assert tree.take_notes() == [] and daemon in tree.members
+    finally:
+        stop_job(tree, job, daemon, tmp_path)

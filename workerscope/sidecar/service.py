@@ -128,7 +128,9 @@ class Sidecar:
         (a job's first sample), so each job's own timeline can name its processes."""
         now = time.monotonic_ns()
         cpu = time.thread_time_ns()
-        new, gone = self.tree.discover()
+        # A regular tick walks the tree only if it may have changed; a job's edge does, and
+        # looks for processes that left it unseen too.
+        new, gone = self.tree.discover(cheap=not edge, full=edge)
         if every_name:
             new = [(pid, m.ppid, m.name) for pid, m in self.tree.members.items()]
         tree, procs = self.tree.read(now, full=edge)  # a job's edges read every tier
@@ -151,8 +153,8 @@ class Sidecar:
             if self.gpu.sees_processes or per_pid:
                 for key in ("gpu_mem_bytes", "gpu_util_percent"):
                     tree[key] = sum(v.get(key, 0) for v in per_pid.values())
-        notes = self.gpu.take_notes() + [f"host: {k}: {v}" for k, v in self.host.errors.items()
-                                          if f"host: {k}: {v}" not in self.noted]
+        notes = self.tree.take_notes() + self.gpu.take_notes() + [
+            f"host: {k}: {v}" for k, v in self.host.errors.items() if f"host: {k}: {v}" not in self.noted]
         if notes:
             self.noted.update(notes)
             body["notes"] = notes

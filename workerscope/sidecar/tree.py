@@ -17,6 +17,10 @@ span's CPU can be its thread's and not the whole process's (see export/attributi
 
 Children are found in /proc/PID/task/TID/children of the members we already know; where the
 kernel lacks that file (no CONFIG_PROC_CHILDREN) a scan of /proc/*/stat finds them instead.
+A regular tick walks them only when the tree may have changed: a process was created in the
+pid namespace (its last pid, one pread), a member exited or turned zombie, a thread list
+changed, or a second passed. A member that leaves the tree (its parent exited: a daemon's
+double fork) is followed or dropped by its process group, session and cgroup: leavers.py.
 No psutil: it makes several reads per value and scans all of /proc for children.
 """
 
@@ -26,11 +30,11 @@ import errno
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from .. import procfs
 from ..procfs import reset_peak
+from . import leavers
 
 _SELF = os.getpid()
 _HAVE_CHILDREN_FILE = os.path.exists(f"/proc/{_SELF}/task/{_SELF}/children")
@@ -102,82 +106,107 @@ def _raise_fd_limit() -> bool:
     return True
 
 
-@dataclass(eq=False, slots=True)
 class Member:
-    ppid: int
-    name: str
-    start: int  # start time in ticks since boot: the same pid later is another process
-    stat_fd: int = -1  # held fds; -1 where not held (the fd budget ran out): open each time
-    io_fd: int = -1  # -2: unreadable (another user's process); don't ask again
-    status_fd: int = -1
-    smaps_fd: int = -1
-    children: dict[int, int] = field(default_factory=dict)  # tid -> fd of its children file
-    threads_seen: int = 0  # num_threads when the thread list was last read
-    nthreads: int = 0  # num_threads at the last reading
-    fresh: bool = True  # first reading to come: status too, whatever the tier
-    # Last readings, kept so a member that vanishes still counts in the tree totals.
-    cpu_user: float = 0.0  # own + reaped children's
-    cpu_system: float = 0.0
-    own_cpu: float = 0.0  # own CPU at t, the last rate's start
-    t: int | None = None
-    io: tuple[int, int, int, int] | None = None  # read_chars, write_chars, read_bytes, write_bytes
-    ctx: tuple[int, int] | None = None  # voluntary, involuntary context switches
-    hwm: int = 0  # last VmHWM read, bytes
-    rss: int = 0
-    uss: tuple[float, float] | None = None  # (uss, pss) of the last smaps_rollup reading
+    """One process of the tree: its held files and its last readings."""
+
+    # A plain class, not a dataclass: making these three classes took ~4 ms of the sidecar's
+    # start-up, which `workerscope run` pays once per command (issue 11).
+    __slots__ = ("children", "cpu_system", "cpu_user", "ctx", "followed", "fresh", "hwm", "io",
+                 "io_fd", "name", "nthreads", "own_cpu", "ppid", "rss", "smaps_fd", "start",
+                 "stat_fd", "status_fd", "t", "threads_seen", "uss", "zombie")
+
+    def __init__(self, ppid: int, name: str, start: int, stat_fd: int = -1) -> None:
+        self.ppid = ppid
+        self.name = name
+        self.start = start  # start time in ticks since boot: the same pid later is another process
+        self.stat_fd = stat_fd  # held fds; -1 where not held (the fd budget ran out): open each time
+        self.io_fd = -1  # -2: unreadable (another user's process); don't ask again
+        self.status_fd = -1
+        self.smaps_fd = -1
+        self.children: dict[int, int] = {}  # tid -> fd of its children file
+        self.threads_seen = 0  # num_threads when the thread list was last read
+        self.nthreads = 0  # num_threads at the last reading
+        self.fresh = True  # first reading to come: status too, whatever the tier
+        self.zombie = False
+        self.followed = False  # left the tree (its parent exited) and is still the job's
+        # Last readings, kept so a member that vanishes still counts in the tree totals.
+        self.cpu_user = 0.0  # own + reaped children's
+        self.cpu_system = 0.0
+        self.own_cpu = 0.0  # own CPU at t, the last rate's start
+        self.t: int | None = None
+        self.io: tuple[int, int, int, int] | None = None  # rchar, wchar, read_bytes, write_bytes
+        self.ctx: tuple[int, int] | None = None  # voluntary, involuntary context switches
+        self.hwm = 0  # last VmHWM read, bytes
+        self.rss = 0
+        self.uss: tuple[float, float] | None = None  # (uss, pss) of the last smaps_rollup
 
     def fds(self) -> list[int]:
         return [self.stat_fd, self.io_fd, self.status_fd, self.smaps_fd, *self.children.values()]
 
 
-@dataclass(eq=False, slots=True)
 class Thread:
-    fd: int
-    own_cpu: float | None = None
-    t: int | None = None
+    __slots__ = ("fd", "own_cpu", "t")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.own_cpu: float | None = None
+        self.t: int | None = None
 
 
-@dataclass(eq=False)
 class ProcessTree:
     """Members of the tree rooted at `root`, leaving out `exclude` (the sidecar itself).
 
     Holds open files: close() (or dropping the object) closes them."""
 
-    root: int
-    exclude: frozenset[int] = frozenset()
-    # smaps_rollup costs 12-150 us a process (it walks every mapping): read it this seldom.
-    uss_every_ns: int = 10_000_000_000
-    # status, the fd count and the thread lists: at most this often, and at job edges.
-    slow_every_ns: int = 1_000_000_000
-    # CPU times move in clock ticks (10 ms): a rate over a shorter gap (the extra samples at a
-    # job's start and end) would read 0 % or a spike. Such a sample has no cpu_percent, and the
-    # next one measures over the whole longer gap.
-    min_rate_ns: int = 50_000_000
-    # The sampling interval: read_threads calls further apart than two of them are not
-    # consecutive ticks (the sidecar did not sample between two jobs).
-    interval_ns: int = 1_000_000_000
-    # The process whose threads are all watched while it has at most ALL_THREADS_MAX (None:
-    # only threads named through watch_thread).
-    all_threads_of: int | None = None
-    members: dict[int, Member] = field(default_factory=dict)
-    # CPU and counters of members that left the tree without being reaped into a member's
-    # children-times (reparented away, or the root itself gone): kept so totals never fall.
-    carried_user: float = 0.0
-    carried_system: float = 0.0
-    carried: dict[str, float] = field(default_factory=dict)
-    last_cpu_total: float = 0.0
-    last_t: int | None = None
-    peak_rss: int = 0
-    last_counters: dict[str, float] = field(default_factory=dict)
-    unreadable: set[int] = field(default_factory=set)
-    threads: dict[tuple[int, int], Thread] = field(default_factory=dict)
-    wanted: set[tuple[int, int]] = field(default_factory=set)  # watched, fd not open yet
-    hold: bool = True  # False once the fd budget is spent and cannot grow: open each time
-    _left: list[int] = field(default_factory=list)  # retired since the last discover()
-    _all_seen: int = 0  # all_threads_of's thread count when its threads were last listed
-    _threads_t: int | None = None  # the last read_threads
-    _slow_t: int | None = None
-    _uss_t: int | None = None
+    def __init__(self, root: int, exclude: frozenset[int] = frozenset(),
+                 uss_every_ns: int = 10_000_000_000, slow_every_ns: int = 1_000_000_000,
+                 min_rate_ns: int = 50_000_000, interval_ns: int = 1_000_000_000,
+                 all_threads_of: int | None = None, hold: bool = True) -> None:
+        self.root = root
+        self.exclude = exclude
+        # smaps_rollup costs 12-150 us a process (it walks every mapping): read it this seldom.
+        self.uss_every_ns = uss_every_ns
+        # status, the fd count and the thread lists: at most this often, and at job edges.
+        self.slow_every_ns = slow_every_ns
+        # CPU times move in clock ticks (10 ms): a rate over a shorter gap (the extra samples
+        # at a job's start and end) would read 0 % or a spike. Such a sample has no
+        # cpu_percent, and the next one measures over the whole longer gap.
+        self.min_rate_ns = min_rate_ns
+        # The sampling interval: read_threads calls further apart than two of them are not
+        # consecutive ticks (the sidecar did not sample between two jobs).
+        self.interval_ns = interval_ns
+        # The process whose threads are all watched while it has at most ALL_THREADS_MAX
+        # (None: only threads named through watch_thread).
+        self.all_threads_of = all_threads_of
+        self.hold = hold  # False once the fd budget is spent and cannot grow: open each time
+        self.members: dict[int, Member] = {}
+        # CPU and counters of members that left the tree without being reaped into a member's
+        # children-times (reparented away, or the root itself gone): kept so totals never fall.
+        self.carried_user = 0.0
+        self.carried_system = 0.0
+        self.carried: dict[str, float] = {}
+        self.last_cpu_total = 0.0
+        self.last_t: int | None = None
+        self.peak_rss = 0
+        self.last_counters: dict[str, float] = {}
+        self.unreadable: set[int] = set()
+        self.threads: dict[tuple[int, int], Thread] = {}
+        self.wanted: set[tuple[int, int]] = set()  # watched, fd not open yet
+        self._left: list[int] = []  # retired since the last discover()
+        # Processes that left the tree, said once each (the sidecar puts them in the notes).
+        self.notes: list[str] = []
+        self._job: leavers.Belonging | None = None  # the root's process group, session, cgroup
+        self._reapers: leavers.Reapers | None = None
+        self._adopt_t: int | None = None  # the last look at the reapers' children
+        # Cheap discovery (discover(cheap=True)): walk only when the tree may have changed.
+        self._dirty = True  # a member turned zombie or changed its thread list since the walk
+        self._walk_t: int | None = None
+        self._last_pid = b""
+        self._last_pid_fd = -1
+        self._all_seen = 0  # all_threads_of's thread count when its threads were last listed
+        self._threads_t: int | None = None  # the last read_threads
+        self._slow_t: int | None = None
+        self._uss_t: int | None = None
 
     def __del__(self) -> None:
         self.close()
@@ -191,6 +220,10 @@ class ProcessTree:
         for th in self.threads.values():
             _close(th.fd)
         self.threads = {}
+        if self._reapers is not None:
+            self._reapers.close()
+        _close(self._last_pid_fd)
+        self._last_pid_fd = -1
 
     # -- held files ----------------------------------------------------------------------------
     def _hold(self, path: str) -> int:
@@ -256,36 +289,168 @@ class ProcessTree:
         return True
 
     # -- membership ----------------------------------------------------------------------------
-    def discover(self) -> tuple[list[tuple[int, int, str]], list[int]]:
+    def discover(self, cheap: bool = False,
+                 full: bool = False) -> tuple[list[tuple[int, int, str]], list[int]]:
         """Refresh membership. Returns (new members as (pid, ppid, name), pids gone: found
-        gone here, or by a read() since the last discover())."""
+        gone here, or by a read() since the last discover()).
+
+        cheap: skip the walk when nothing can have changed since the last one: no process
+        created on the host (the pid namespace's last pid is the same), no member gone, none
+        turned zombie, no thread list changed, and the last walk less than `slow_every_ns`
+        ago (the sidecar's regular ticks). Processes that left the tree before a sample saw
+        them are looked for when the tree changed, once per `slow_every_ns`, and with full
+        (a job's edges)."""
+        now = time.monotonic_ns()
+        if cheap and not self._changed(now):
+            gone, self._left = self._left, []
+            return [], gone
+        self._walk_t = now
+        self._dirty = False
+        self._last_pid = self._read_last_pid()  # before the walk: what it misses moves it
         new: list[tuple[int, int, str]] = []
         members = self.members
         seen: set[int] = set()
+        left = False
         if _HAVE_CHILDREN_FILE:
             # A process listed in a live member's children file exists: no read needed to
-            # know it. The root, and members reached no longer from it (reparented to init
-            # or a subreaper when their parent exited: still part of the job), are looked at.
+            # know it. The root, then members reached no longer from it, are looked at.
             root = members.get(self.root)
             if root is None or self._alive(self.root, root):
                 self._walk(self.root, 0, seen, new)
-            for pid, m in list(members.items()):
-                if pid not in seen and self._alive(pid, m):
-                    self._walk(pid, m.ppid, seen, new)
+            unseen = {}
+            for pid, m in members.items():
+                if pid not in seen and pid != self.root:
+                    ids = self._ids(pid, m)
+                    if ids is not None:
+                        unseen[pid] = ids
+            if unseen:
+                left = True
+                for pid in self._still_ours(unseen):
+                    self._walk(pid, members[pid].ppid, seen, new)
+            if self._adoption_due(now, bool(new or left or self._left) or full):
+                for pid, ppid in self._adopt(self._reapers_children(), seen):
+                    self._walk(pid, ppid, seen, new)
+                    self._followed(pid)
         else:  # kernels without CONFIG_PROC_CHILDREN
-            for pid, ppid in self._scan():
-                if pid in members:
-                    seen.add(pid)
-                    continue
-                born = self._new_member(pid, ppid)
-                if born is not None:
-                    members[pid] = born
-                    seen.add(pid)
-                    new.append((pid, born.ppid, born.name))
+            left = self._scan_discover(seen, new, now, full)
         for pid in [pid for pid in members if pid not in seen]:
             self._retire(pid)
         gone, self._left = self._left, []
         return new, gone
+
+    def take_notes(self) -> list[str]:
+        """What the tree has to say since the last call (processes that left it), once each."""
+        notes, self.notes = self.notes, []
+        return notes
+
+    def _changed(self, now: int) -> bool:
+        """Whether the tree may have changed since the last walk (see discover's cheap)."""
+        if (self._dirty or self._left or self._walk_t is None
+                or now - self._walk_t >= self.slow_every_ns):
+            return True
+        last = self._read_last_pid()
+        return not last or last != self._last_pid
+
+    def _read_last_pid(self) -> bytes:
+        """The last pid given out in this pid namespace (b"" if unreadable): it moves with
+        every process (and thread) created, and only then."""
+        try:
+            if self._last_pid_fd == -1:
+                self._last_pid_fd = _open("/proc/sys/kernel/ns_last_pid")
+            return os.pread(self._last_pid_fd, 32, 0)
+        except OSError:
+            self._last_pid_fd = -2  # not readable here: every tick walks
+            return b""
+
+    def _ids(self, pid: int, m: Member) -> tuple[int, int, int, int] | None:
+        """(ppid, pgid, sid, start) of a member now; None when it is gone."""
+        try:
+            data = (os.pread(m.stat_fd, _CHUNK, 0) if m.stat_fd >= 0
+                    else _read_path(f"/proc/{pid}/stat"))
+        except OSError:
+            return None
+        return leavers.stat_ids(data) if data else None
+
+    def _belonging(self) -> leavers.Belonging | None:
+        """The root's process group, session and cgroup, read once."""
+        if self._job is None:
+            root = self.members.get(self.root)
+            try:
+                data = (_read_path(f"/proc/{self.root}/stat") if root is None or root.stat_fd < 0
+                        else os.pread(root.stat_fd, _CHUNK, 0))
+                self._job = leavers.Belonging(self.root, data)
+            except (OSError, ValueError):
+                return None  # the root is gone: nothing to compare with
+        return self._job
+
+    def _still_ours(self, unseen: dict[int, tuple[int, int, int, int]]) -> list[int]:
+        """Of the live members no longer reached from the root (pid -> its ids now), those
+        still the job's. A member whose parent is outside the tree left it: followed if its
+        process group, session or cgroup is the job's (leavers.py), else dropped; said once
+        each in the notes. A member whose parent is another such member goes with it."""
+        ours: dict[int, bool] = {}
+        job = self._belonging()
+
+        def decide(pid: int, depth: int = 0) -> bool:
+            if pid in ours:
+                return ours[pid]
+            ppid, pgid, sid, _ = unseen[pid]
+            m = self.members[pid]
+            if ppid in unseen and ppid != pid and depth < 1000:
+                ours[pid] = decide(ppid, depth + 1)
+            elif ppid in self.members or m.followed:
+                ours[pid] = True  # forked after its parent's children were read; or known
+            else:
+                why = None if job is None else job.why(pid, pgid, sid)
+                m.ppid = ppid  # its new parent reaps it: its CPU is carried if it leaves
+                m.followed = why is not None
+                ours[pid] = m.followed
+                self.notes.append(leavers.left_note(pid, m.name, ppid, why))
+                log.info("%s", self.notes[-1])
+                if m.followed and ppid != 1 and self._reapers is not None:
+                    self._reapers.learn(ppid)  # a subreaper: its new children are looked at too
+            return ours[pid]
+
+        return [pid for pid in unseen if decide(pid)]
+
+    def _adoption_due(self, now: int, now_anyway: bool) -> bool:
+        """Whether to look for processes that left before a sample saw them: now_anyway (the
+        tree changed, or a job's edge), else at most once per `slow_every_ns`."""
+        if now_anyway or self._adopt_t is None or now - self._adopt_t >= self.slow_every_ns:
+            self._adopt_t = now
+            return True
+        return False
+
+    def _reapers_children(self) -> set[int]:
+        if self._reapers is None:
+            self._reapers = leavers.Reapers()
+        return self._reapers.children()
+
+    def _adopt(self, kids: set[int], seen: set[int],
+               stats: dict[int, bytes] | None = None) -> list[tuple[int, int]]:
+        """(pid, reaper) of the reapers' new children that left the tree before a sample saw
+        them and are the job's: started after the root, in its process group, session or
+        cgroup. Each said once in the notes."""
+        assert self._reapers is not None
+        fresh = self._reapers.fresh(kids) - seen - self.exclude - self.members.keys()
+        job = self._belonging() if fresh else None
+        out = []
+        for pid in sorted(fresh):
+            if job is None:
+                break
+            try:
+                data = stats[pid] if stats is not None else _read_path(f"/proc/{pid}/stat")
+                ppid, pgid, sid, start = leavers.stat_ids(data)
+            except (OSError, KeyError, ValueError):
+                continue  # gone meanwhile
+            why = job.why(pid, pgid, sid) if start >= job.start else None
+            if why is None:
+                continue  # not ours: another job's, or older than the tree
+            name = data[data.index(b"(") + 1:data.rindex(b")")].decode(errors="replace")
+            self.notes.append(leavers.left_note(pid, name, ppid, why, seen=False))
+            log.info("%s", self.notes[-1])
+            out.append((pid, ppid))
+        return out
 
     def _walk(self, top: int, top_ppid: int, seen: set[int],
               new: list[tuple[int, int, str]]) -> None:
@@ -325,9 +490,12 @@ class ProcessTree:
         except OSError:
             return False
 
-    def _scan(self) -> list[tuple[int, int]]:
-        """(pid, ppid) of the root and its descendants (and of known members and theirs),
-        from the parent pid in every /proc/PID/stat."""
+    def _scan_discover(self, seen: set[int], new: list[tuple[int, int, str]], now: int,
+                       full: bool) -> bool:
+        """discover() without the children files: the parent pid in every /proc/PID/stat.
+        True if members left the tree."""
+        members = self.members
+        stats: dict[int, bytes] = {}
         children: dict[int, list[int]] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -336,20 +504,46 @@ class ProcessTree:
                 data = _read_path(f"/proc/{name}/stat")
             except OSError:
                 continue
+            stats[int(name)] = data
             ppid = int(data[data.rindex(b")") + 2:].split(maxsplit=2)[1])
             children.setdefault(ppid, []).append(int(name))
-        known = {p for kids in children.values() for p in kids}
-        out: list[tuple[int, int]] = []
-        seen: set[int] = set()
-        stack = [(self.root, 0), *((pid, m.ppid) for pid, m in self.members.items())]
-        while stack:
-            pid, ppid = stack.pop()
-            if pid in seen or pid in self.exclude or pid not in known:
-                continue
-            seen.add(pid)
-            out.append((pid, ppid))
-            stack.extend((kid, pid) for kid in children.get(pid, ()))
-        return out
+
+        def reach(top: int, top_ppid: int) -> None:
+            stack = [(top, top_ppid)]
+            while stack:
+                pid, ppid = stack.pop()
+                if pid in seen or pid in self.exclude or pid not in stats:
+                    continue
+                seen.add(pid)
+                if pid not in members:
+                    born = self._new_member(pid, ppid)
+                    if born is None:
+                        seen.discard(pid)
+                        continue
+                    members[pid] = born
+                    new.append((pid, born.ppid, born.name))
+                stack.extend((kid, pid) for kid in children.get(pid, ()))
+
+        reach(self.root, 0)
+        unseen = {pid: leavers.stat_ids(stats[pid]) for pid in members
+                  if pid not in seen and pid != self.root and pid in stats}
+        for pid in self._still_ours(unseen) if unseen else ():
+            reach(pid, members[pid].ppid)
+        if self._adoption_due(now, bool(new or unseen or self._left) or full):
+            if self._reapers is None:
+                self._reapers = leavers.Reapers()
+            reapers = {1, *self._reapers.fds}
+            kids = {pid for pid, data in stats.items() if leavers.stat_ids(data)[0] in reapers}
+            for pid, ppid in self._adopt(kids, seen, stats):
+                reach(pid, ppid)
+                self._followed(pid)
+        return bool(unseen)
+
+    def _followed(self, pid: int) -> None:
+        """pid, found outside the tree, is followed from now on (and said only once)."""
+        m = self.members.get(pid)
+        if m is not None:
+            m.followed = True
 
     def _retire(self, pid: int) -> None:
         m = self.members.pop(pid)
@@ -422,6 +616,9 @@ class ProcessTree:
             if fd < 0 and int(f[19]) != m.start:
                 vanished.append(pid)  # the pid now belongs to another process
                 continue
+            if f[0] == b"Z" and not m.zombie:
+                # It exited: its children now belong to a reaper, and the next walk sees it.
+                m.zombie = self._dirty = True
             user = int(f[11]) / tick
             system = int(f[12]) / tick
             rss = int(f[21]) * page
@@ -482,6 +679,7 @@ class ProcessTree:
                 m.fresh = False
             elif children_file and nthreads != m.threads_seen:
                 self._list_threads(pid, m)
+                self._dirty = True  # a new thread's children are in a file not walked yet
             if m.ctx is not None:
                 ctx_sums[0] += m.ctx[0]
                 ctx_sums[1] += m.ctx[1]
