@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
 import time
@@ -67,3 +68,38 @@ def test_member_vanishing_mid_read_is_normal():
     tree_values, procs = tree.read(time.monotonic_ns())
     assert kid.pid not in {pid for pid, _ in procs}
     assert tree_values["num_procs"] >= 1
+
+
+def test_a_member_that_execs_is_named_again(tmp_path):
+    """A child first seen under its parent's name (forked, not yet exec'd) is renamed once it
+    execs: read() lists it in `renamed` with its new name."""
+    go = tmp_path / "go"
+    parent = subprocess.Popen(python_script(f"""
+        import os, sys, time
+        kid = os.fork()
+        if kid == 0:
+            while not os.path.exists({str(go)!r}):
+                time.sleep(0.01)
+            os.execvp("sleep", ["sleep", "600"])
+        print(kid, flush=True)
+        sys.stdin.read()
+        os.kill(kid, 9)
+        os.waitpid(kid, 0)
+    """), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    tree = ProcessTree(parent.pid)
+    try:
+        kid = int(parent.stdout.readline())
+        tree.discover()
+        assert tree.members[kid].name.startswith("python")
+        go.touch()
+        deadline = time.monotonic() + 60
+        while pathlib.Path(f"/proc/{kid}/comm").read_text().strip() != "sleep":
+            assert time.monotonic() < deadline, "the child never exec'd"
+            time.sleep(0.01)
+        tree.read(time.monotonic_ns())
+        assert tree.renamed == [(kid, parent.pid, "sleep")] and tree.members[kid].name == "sleep"
+    finally:
+        tree.close()
+        parent.stdin.close()
+        parent.wait()
+        parent.stdout.close()
