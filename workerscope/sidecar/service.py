@@ -134,6 +134,9 @@ class Sidecar:
         if every_name:
             new = [(pid, m.ppid, m.name) for pid, m in self.tree.members.items()]
         tree, procs = self.tree.read(now, full=edge)  # a job's edges read every tier
+        if self.tree.renamed:  # named again after an exec: the builder takes the last name
+            new = [*new, *self.tree.renamed]
+            self.tree.renamed = []
         threads = self.tree.read_threads(now)
         self.watch.tick(tree, procs)
         if self.net_scope == "namespace":

@@ -111,13 +111,14 @@ class Member:
 
     # A plain class, not a dataclass: making these three classes took ~4 ms of the sidecar's
     # start-up, which `workerscope run` pays once per command (issue 11).
-    __slots__ = ("children", "cpu_system", "cpu_user", "ctx", "followed", "fresh", "hwm", "io",
+    __slots__ = ("children", "comm", "cpu_system", "cpu_user", "ctx", "followed", "fresh", "hwm", "io",
                  "io_fd", "name", "nthreads", "own_cpu", "ppid", "rss", "smaps_fd", "start",
                  "stat_fd", "status_fd", "t", "threads_seen", "uss", "zombie")
 
     def __init__(self, ppid: int, name: str, start: int, stat_fd: int = -1) -> None:
         self.ppid = ppid
         self.name = name
+        self.comm = name.encode()  # as /proc/PID/stat has it: a new one means an exec
         self.start = start  # start time in ticks since boot: the same pid later is another process
         self.stat_fd = stat_fd  # held fds; -1 where not held (the fd budget ran out): open each time
         self.io_fd = -1  # -2: unreadable (another user's process); don't ask again
@@ -195,6 +196,9 @@ class ProcessTree:
         self._left: list[int] = []  # retired since the last discover()
         # Processes that left the tree, said once each (the sidecar puts them in the notes).
         self.notes: list[str] = []
+        # Members whose name changed (an exec) since they were named, as (pid, ppid, name):
+        # the sidecar names them again in its next sample.
+        self.renamed: list[tuple[int, int, str]] = []
         self._job: leavers.Belonging | None = None  # the root's process group, session, cgroup
         self._reapers: leavers.Reapers | None = None
         self._adopt_t: int | None = None  # the last look at the reapers' children
@@ -254,12 +258,14 @@ class ProcessTree:
             return None
         try:
             data = os.pread(fd, _CHUNK, 0) if fd >= 0 else _read_path(f"{base}/stat")
-            comm = _read_path(f"{base}/comm").decode(errors="replace").strip()
-        except OSError:
+            end = data.rindex(b")")
+        except (OSError, ValueError):
             _close(fd)
             return None
-        rest = data[data.rindex(b")") + 2:].split()
-        m = Member(ppid or int(rest[1]), comm, int(rest[19]), stat_fd=fd)
+        rest = data[end + 2:].split()
+        m = Member(ppid or int(rest[1]), "", int(rest[19]), stat_fd=fd)
+        m.comm = data[data.index(b"(") + 1:end]
+        m.name = m.comm.decode(errors="replace")
         try:
             m.io_fd = self._hold(f"{base}/io")
         except PermissionError:
@@ -612,10 +618,16 @@ class ProcessTree:
                 vanished.append(pid)
                 continue
             # Fields 3-24 of stat (state .. rss); comm, before them, may hold anything.
-            f = data[data.rindex(b")") + 2:].split(None, 22)
+            end = data.rindex(b")")
+            f = data[end + 2:].split(None, 22)
             if fd < 0 and int(f[19]) != m.start:
                 vanished.append(pid)  # the pid now belongs to another process
                 continue
+            if data[data.index(b"(") + 1:end] != m.comm:
+                # It exec'd since it was named (a child is first seen under its parent's name).
+                m.comm = data[data.index(b"(") + 1:end]
+                m.name = m.comm.decode(errors="replace")
+                self.renamed.append((pid, m.ppid, m.name))
             if f[0] == b"Z" and not m.zombie:
                 # It exited: its children now belong to a reaper, and the next walk sees it.
                 m.zombie = self._dirty = True
