@@ -5,12 +5,16 @@ sleeping process trees (17 and 65 processes) for 10 s at a 0.1 s interval.
     .venv/bin/python benchmarks/bench_vs_psrecord.py [--repeats N]
 
 The tree is a Python root that starts N-1 `sleep` children, sleeps 10 s, kills and reaps them,
-and writes its own CPU time (self and children) to a file.
+writes its own CPU time (self and children) to a file and leaves with os._exit: its
+interpreter's shutdown (~8 ms, after the file is written) would otherwise be charged to
+workerscope, whose `run` reaps it.
 - workerscope: `python -m workerscope run --interval 0.1 -o T.wsc -- python tree.py N 10`. Its
-  CPU is the rusage of the `run` process once reaped (it, its sidecar and the tree: both are
-  its children, waited for) minus the tree's own: the CLI and the sidecar, start-up, every
-  sample and the saved file included. The sidecar's own figures (scope `sidecar`) split it:
-  what it had spent at its first sample (start-up) and what sampling cost after.
+  CPU is the rusage of the `run` process once reaped (it and the tree, its child, waited for)
+  minus the tree's own: start-up, every sample and the saved file included. `run` samples in
+  a thread of its own process (no second interpreter); its figures (scope `sidecar`) split
+  the cost: what the process had spent at its first sample (start-up: interpreter, imports,
+  the command's start), what sampling cost after, and the rest (the end: the report's build
+  and write, the interpreter's exit).
 - psrecord: `psrecord PID --include-children --interval 0.1 --duration 10 --log T.txt`
   attached to a tree this script started (so the tree is not psrecord's child); its CPU is
   its rusage. psrecord's command mode would run the tree under `sh -c` and leave it unreaped.
@@ -39,7 +43,7 @@ SECONDS = 10.0
 INTERVAL = 0.1
 
 TREE = r"""
-import resource, subprocess, sys, time
+import os, resource, subprocess, sys, time
 n, seconds, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 kids = [subprocess.Popen(["sleep", "600"]) for _ in range(n - 1)]
 time.sleep(seconds)
@@ -50,6 +54,7 @@ for k in kids:
 s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
 with open(out, "w") as f:
     f.write(str(s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime))
+os._exit(0)
 """
 
 
@@ -83,6 +88,7 @@ def run_workerscope(n: int, tmp: str, env: dict[str, str]) -> dict[str, float]:
     got = {"cpu": total - tree_cpu, "samples": float(len(samples))}
     if own:  # a workerscope older than issue 11 does not say what it costs
         got.update(sidecar_start=own[0]["cpu_s"], sidecar_sampling=own[-1]["cpu_s"] - own[0]["cpu_s"])
+        got["rest"] = got["cpu"] - own[-1]["cpu_s"]
     return got
 
 
@@ -133,6 +139,7 @@ def main() -> int:
     print(f"{'tree':>5}  {'monitor':<34} {'CPU s':>7} {'samples':>8} {'ms/sample':>10} "
           f"{'x psrecord':>11}")
     print("-" * 81)
+    ratios: list[tuple[int, float, float]] = []
     with tempfile.TemporaryDirectory(prefix="ws-vs-psrecord-") as tmp:
         with open(os.path.join(tmp, "tree.py"), "w") as f:
             f.write(TREE)
@@ -145,9 +152,14 @@ def main() -> int:
                 print(f"{n:>5}  {label:<34} {r['cpu']:7.3f} {r['samples']:8.0f} "
                       f"{r['cpu'] / r['samples'] * 1000:10.2f} {r['cpu'] / ps['cpu']:10.2f}x")
             if "sidecar_start" in ws:
-                print(f"{'':>5}    of which the sidecar: {ws['sidecar_start']:.3f} s to its first "
-                      f"sample (start-up), {ws['sidecar_sampling']:.3f} s sampling after it")
+                print(f"{'':>5}    of which: {ws['sidecar_start']:.3f} s to the first sample "
+                      f"(start-up), {ws['sidecar_sampling']:.3f} s sampling after it, "
+                      f"{ws['rest']:.3f} s after the last (report, exit)")
             print()
+            ratios.append((n, ws["cpu"], ps["cpu"]))
+    for n, ws_cpu, ps_cpu in ratios:
+        print(f"{n} processes: workerscope run {ws_cpu:.3f} s, psrecord {ps_cpu:.3f} s of CPU: "
+              f"{ws_cpu / ps_cpu:.2f}x (target <= 0.5x)")
     left = psutil.Process().children(recursive=True)
     if left:
         print(f"LEFT BEHIND: {[p.pid for p in left]}", file=sys.stderr)

@@ -18,8 +18,7 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import procfs
 from ..protocol import Status
@@ -42,8 +41,7 @@ _FILES = {
 }
 
 
-@dataclass(frozen=True)
-class Death:
+class Death(NamedTuple):
     """How the worker died: the open jobs' status and error text, and the figures behind them
     (the job_end frame's `death` map)."""
 

@@ -13,9 +13,9 @@ import logging
 import mmap
 import os
 import shutil
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import protocol, spanring
 
@@ -23,19 +23,23 @@ log = logging.getLogger("workerscope.sidecar")
 # Ended jobs are kept this long for the spans of other threads that began in them.
 KEEP_JOBS_NS = 60 * 1_000_000_000
 EVERY_JOB = -1  # a frame for every open job (frames() says which job each frame is for)
+# A ring made within this long after the directory's last change may share its mtime.
+LISTING_MARGIN_NS = 100_000_000
 
 
-@dataclass
 class _Ring:
-    pid: int
-    inode: int
-    path: str
-    mm: mmap.mmap
-    reader: spanring.RingReader
+    __slots__ = ("inode", "mm", "path", "pid", "reader")
+
+    def __init__(self, pid: int, inode: int, path: str, mm: mmap.mmap,
+                 reader: spanring.RingReader) -> None:
+        self.pid = pid
+        self.inode = inode
+        self.path = path
+        self.mm = mm
+        self.reader = reader
 
 
-@dataclass
-class Batch:
+class Batch(NamedTuple):
     """Completed records of one process, and the threads it named since the last drain."""
 
     pid: int
@@ -55,6 +59,9 @@ class Rings:
         self._broken: set[tuple[int, int]] = set()
         self._noted: set[str] = set()
         self.errors: list[str] = []
+        self._mtime = -1  # the directory's mtime at the last listing
+        self._listed = 0  # when it was listed (monotonic ns), and on the wall clock
+        self._listed_wall = 0
         self.scan()
 
     @property
@@ -62,8 +69,30 @@ class Rings:
         """Records overwritten before they were read, over every ring so far."""
         return self._retired_lost + sum(r.reader.lost for r in self.rings.values())
 
+    @property
+    def idle(self) -> bool:
+        """No ring to read and nothing to say: a drain would do nothing."""
+        return not self.rings and not self.errors
+
+    def _listing_due(self) -> bool:
+        """Whether the directory may hold a ring not listed yet: its mtime moved, or the last
+        listing came too soon after it to be sure (file times come from a coarse clock), or
+        it is a second old. A steady drain then lists nothing (issue 11)."""
+        try:
+            mtime = os.stat(self.dir).st_mtime_ns
+        except OSError:
+            return True
+        now = time.monotonic_ns()
+        due = (mtime != self._mtime or self._listed_wall - mtime < LISTING_MARGIN_NS
+               or now - self._listed >= 1_000_000_000)
+        if due:
+            self._mtime, self._listed, self._listed_wall = mtime, now, time.time_ns()
+        return due
+
     def scan(self) -> dict[tuple[int, int], int]:
         """Open rings made since the last scan; the write counter of each ring now."""
+        if not self._listing_due():
+            return {key: ring.reader.counter for key, ring in self.rings.items()}
         try:
             names = os.listdir(self.dir)
         except OSError:

@@ -16,7 +16,6 @@ import os
 import select
 import socket
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
@@ -37,8 +36,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("workerscope.sidecar")
 HELLO_TIMEOUT = 30.0
+IDLE_WAIT_NS = 3_600_000_000_000  # the longest poll when nothing is due (the pipe wakes it)
 # How often the span rings are read while a job runs (and, between jobs, once a second).
 DRAIN_NS = 50_000_000
+IDLE_DRAIN_NS = 250_000_000  # while no ring exists: a new one is read this soon at the latest
 _PROC = ["cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes", "peak_rss_bytes", "uss_bytes",
          "pss_bytes", "read_bytes", "write_bytes", "read_chars", "write_chars", "num_threads",
          "num_fds", "ctx_switches_voluntary", "ctx_switches_involuntary", "gpu_mem_bytes",
@@ -59,16 +60,21 @@ METRICS = {
 }
 
 
-@dataclass
 class OpenJob:
-    job: int
-    name: str
-    out: str | None
-    frames: list[bytes] = field(default_factory=list)
-    # Frames are kept only for a job whose timeline someone will collect (the worker or `out`):
-    # a long job streaming to a driver would otherwise grow the sidecar without bound.
-    keep: bool = True
-    start: dict[str, Any] = field(default_factory=dict)  # its job_start body, for heartbeats
+    # Plain classes here and in rings.py and death.py, not dataclasses: making a dataclass
+    # takes ~0.5 ms, and `workerscope run` pays the sidecar's imports once per command.
+    __slots__ = ("frames", "job", "keep", "name", "out", "start")
+
+    def __init__(self, job: int, name: str, out: str | None, frames: list[bytes],
+                 keep: bool = True) -> None:
+        self.job = job
+        self.name = name
+        self.out = out
+        self.frames = frames
+        # Frames are kept only for a job whose timeline someone will collect (the worker or
+        # `out`): a long job streaming to a driver would otherwise grow the sidecar without bound.
+        self.keep = keep
+        self.start: dict[str, Any] = {}  # its job_start body, for heartbeats
 
 
 class Sidecar:
@@ -88,6 +94,7 @@ class Sidecar:
         self.watch: DeathWatch  # the worker at the pipe's other end, to name its death
         self.noted: set[str] = set()
         self.net_scope = "host"
+        self.own_net_ns: int | None = None
         self.jobs: dict[int, OpenJob] = {}
         self.seq = -1
         self.hello = b""
@@ -139,9 +146,14 @@ class Sidecar:
             self.tree.renamed = []
         threads = self.tree.read_threads(now)
         self.watch.tick(tree, procs)
+        if self.net_scope == "host":
+            # The target may enter a network namespace of its own after the hello (`unshare
+            # -n CMD` does as it starts, and `run` says hello at once): look again each sample.
+            self.find_net_scope()
         if self.net_scope == "namespace":
             tree.update(read_net_dev(self.target) or {})
-        body: dict[str, Any] = {"t": now, "tree": tree, "procs": procs, "host": self.host.read()}
+        body: dict[str, Any] = {"t": now, "tree": tree, "procs": procs,
+                                "host": self.host.read(now, full=edge)}
         if threads:
             body["threads"] = threads
         if self.gpu is None:
@@ -236,10 +248,8 @@ class Sidecar:
             self.errors.append(str(body["ring_error"]))
         if body.get("rings"):
             self.rings = Rings(str(body["rings"]), int(body.get("pid") or self.target))
-        # /proc has no per-process network bytes. A tree in a network namespace of its own
-        # has its own counters; otherwise network is host-wide and labelled so.
-        own_ns = net_namespace(self.target)
-        self.net_scope = "namespace" if own_ns and own_ns != net_namespace(os.getpid()) else "host"
+        self.own_net_ns = net_namespace(os.getpid())
+        self.find_net_scope()
         host = socket.gethostname()
         self.worker_id = protocol.worker_id(host, self.target, os.getpid(), self.config.node)
         hello = {
@@ -251,6 +261,13 @@ class Sidecar:
         self.hello = self.emit(protocol.HELLO, hello, jobs=[])
         self.hello_body = {k: v for k, v in hello.items() if k != "metrics"}
         self.reply(protocol.READY, {"worker": self.worker_id, "pid": os.getpid()})
+
+    def find_net_scope(self) -> None:
+        """/proc has no per-process network bytes. A tree in a network namespace of its own
+        has its own counters; otherwise network is host-wide and labelled so."""
+        ns = net_namespace(self.target)
+        if ns and ns != self.own_net_ns:
+            self.net_scope = "namespace"  # for good: a zombie target's namespace reads as gone
 
     def _anchor(self) -> list[int]:
         wall, mono = protocol.clock_anchor()
@@ -305,6 +322,8 @@ class Sidecar:
             # is announced. What waits stays in the rings.
             return
         upto = rings.scan()
+        if not final and rings.idle:
+            return  # no process of the tree records spans (yet): nothing to read
         if not final:
             self.pump()
         for kind, body, job_id in rings.frames(None if final else upto, final,
@@ -427,11 +446,13 @@ class Sidecar:
             if self.pipe_broken:
                 return False
             now = time.monotonic_ns()
-            wake = self.next_heartbeat
+            # Heartbeats are for a driver: without one they need no wake-up of their own.
+            wake = self.next_heartbeat if self.outbox is not None else now + IDLE_WAIT_NS
             if self.jobs:
                 wake = min(wake, self.next_tick)
-            if self.rings is not None:
-                wake = min(wake, self.next_drain)
+            if self.rings is not None and not (self.jobs and self.rings.idle
+                                               and self.interval_ns <= IDLE_DRAIN_NS):
+                wake = min(wake, self.next_drain)  # else the next tick looks for a ring
             timeout_ms = max(0, (wake - now) // 1_000_000) + 1
             if not self.worker_id:
                 if time.monotonic() - started > HELLO_TIMEOUT:
@@ -468,8 +489,13 @@ class Sidecar:
                     self.next_tick += ((now - self.next_tick) // self.interval_ns + 1) * self.interval_ns
             if self.rings is not None and now >= self.next_drain:
                 self.drain_rings()
+                # While no process records spans (`run` of a command that is not Python),
+                # looking for a first ring 4 times a second, at a tick when ticks are that
+                # frequent, spares the wake-ups in between.
+                idle = self.rings is not None and self.rings.idle
                 self.next_drain = time.monotonic_ns() + (
-                    DRAIN_NS if self.jobs else int(protocol.HEARTBEAT_S * 1e9))
+                    (IDLE_DRAIN_NS if idle else DRAIN_NS) if self.jobs
+                    else int(protocol.HEARTBEAT_S * 1e9))
 
     def serve_pending(self) -> bool:
         """Handle the pipe messages read so far, in order; True at the worker's close."""

@@ -19,9 +19,9 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import protocol
@@ -43,6 +43,7 @@ class SidecarLink:
         self.target_pid = os.getpid() if target_pid is None else target_pid
         self.worker_id = ""
         self.proc: subprocess.Popen[bytes] | None = None
+        self.thread: threading.Thread | None = None  # the sidecar, when it runs in this process
         self._sock: socket.socket | None = None
         self._reader = protocol.PipeReader()
         self._inbox: list[tuple[str, dict[str, Any]]] = []
@@ -65,16 +66,17 @@ class SidecarLink:
             raise
         self.handshake()
 
-    def make_ring(self) -> None:
+    def make_ring(self, own: bool = True) -> None:
         """This process's span ring, in a new private directory: in /dev/shm (memory), else
         the temporary directory. Without room for one the jobs still run and are sampled;
-        their spans are not recorded, and the worker's errors say so."""
+        their spans are not recorded, and the worker's errors say so. own=False: the
+        directory only, for other processes' rings (`run`, whose own process records none)."""
         for where in _ring_places():
             _remove_dead_rings(where)
             try:
-                self.rings = tempfile.mkdtemp(prefix=f"workerscope-{os.getpid()}-{_PIDNS}-",
-                                              dir=where)
-                self.writer = spans.Writer(self.rings, self.config.ring_records)
+                self.rings = _private_dir(where, f"workerscope-{os.getpid()}-{_PIDNS}-")
+                if own:
+                    self.writer = spans.Writer(self.rings, self.config.ring_records)
                 return
             except OSError as err:
                 self.ring_error = f"no span ring ({err}): spans are not recorded"
@@ -90,8 +92,12 @@ class SidecarLink:
             shutil.rmtree(self.rings, ignore_errors=True)
             self.rings = None
 
-    def spawn(self) -> None:
-        """Start the sidecar process; `handshake` then names its target and waits for it."""
+    def spawn(self, serve: Callable[[socket.socket], object] | None = None) -> None:
+        """Start the sidecar process; `handshake` then names its target and waits for it.
+        serve: run the sidecar in a thread of this process instead, as serve(its end of the
+        pipe), which closes that end when it returns. `workerscope run` and `attach` do: a
+        process that only waits for its command has the CPU to spare, and a second
+        interpreter's start-up cost more than all the sampling of a short command (issue 11)."""
         ours, theirs = socket.socketpair()
         # Room for bursts of job edges while the sidecar is busy sampling.
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
@@ -100,6 +106,12 @@ class SidecarLink:
         seconds = int(WRITE_TIMEOUT)
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
                         struct.pack("ll", seconds, int((WRITE_TIMEOUT - seconds) * 1e6)))
+        if serve is not None:
+            self._sock = ours
+            self.thread = threading.Thread(target=serve, args=(theirs,), daemon=True,
+                                           name="workerscope-sidecar")
+            self.thread.start()
+            return
         # Arguments carry only the pipe; the settings go in the hello (handshake).
         cmd = [sys.executable, "-m", "workerscope.sidecar", "--fd", str(theirs.fileno())]
         try:
@@ -151,13 +163,20 @@ class SidecarLink:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc is None or self.proc.poll() is not None:
+        if wait and self.thread is not None:
+            self.thread.join(timeout=self.config.bye_timeout + 10)
+        if not self._sidecar_running():
             self.remove_rings()  # the sidecar is gone (or never came): nobody else will
         self.dead = True
 
+    def _sidecar_running(self) -> bool:
+        if self.thread is not None:
+            return self.thread.is_alive()
+        return self.proc is not None and self.proc.poll() is None
+
     @property
     def alive(self) -> bool:
-        return not self.dead and self.proc is not None and self.proc.poll() is None
+        return not self.dead and self._sidecar_running()
 
     # -- jobs --------------------------------------------------------------------------------
     def job_start(self, job: int, name: str, out: str | None, keep: bool = True,
@@ -255,10 +274,25 @@ def _key(config: Config) -> tuple[object, ...]:
             config.ring_records, config.samples_per_frame, config.send_queue)
 
 
-def _ring_places() -> list[str | None]:
+def _ring_places() -> Iterator[str]:
     shm = "/dev/shm"
-    usable = os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK)
-    return [shm, None] if usable else [None]
+    if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
+        yield shm
+    import tempfile  # only where /dev/shm has no room: ~1.3 ms of every `run` otherwise
+
+    yield tempfile.gettempdir()
+
+
+def _private_dir(where: str, prefix: str) -> str:
+    """A new directory in `where` that only this user may enter, as tempfile.mkdtemp makes."""
+    for _ in range(100):
+        path = os.path.join(where, prefix + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free name for a directory in {where}")
 
 
 def _pid_namespace() -> int:
@@ -274,11 +308,10 @@ _PIDNS = _pid_namespace()
 _RING_DIR = re.compile(r"workerscope-(\d+)-(\d+)-")
 
 
-def _remove_dead_rings(where: str | None) -> None:
+def _remove_dead_rings(where: str) -> None:
     """Remove the ring directories of workers of this pid namespace that are gone. Their
     sidecar removes them, unless it died too (both SIGKILLed, say); one still reading after
     its worker's death has the rings mapped, and loses nothing."""
-    where = where or tempfile.gettempdir()
     try:
         names = os.listdir(where)
     except OSError:
