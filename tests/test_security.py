@@ -157,7 +157,7 @@ def status():
     out["fds"] = len(os.listdir("/proc/self/fd"))
     return out
 
-sub = Subscriber(max_connections=int(sys.argv[1]), max_kept_bytes=64 << 20,
+sub = Subscriber(max_connections=int(sys.argv[1]), max_kept_bytes=8 << 20,
                  max_workers=64).start()
 print(json.dumps({"endpoint": sub.endpoint, "ceiling": sub.memory_ceiling,
                   "connections": sub._conns.ceiling, **status()}), flush=True)
@@ -227,7 +227,7 @@ def _real_job_arrives(driver: Driver, endpoint: str) -> None:
 
 @pytest.mark.timeout(300)
 def test_a_flood_stays_under_the_memory_ceiling_and_a_real_job_still_arrives(clean_env):
-    """Frames up to the size cap (spans past max_kept_bytes), frames of empty lists, multipart
+    """Frames up to the size cap (spans past max_kept_bytes: the record cut), frames of empty lists, multipart
     messages and connections past max_connections: the driver's peak memory stays under its
     memory_ceiling, and a real job sent afterwards arrives."""
     driver = Driver(max_connections=16)

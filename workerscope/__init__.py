@@ -4,7 +4,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .driver.subscriber import Subscriber
-    from .timeline import Timeline, load
+    from .record import load
+    from .timeline import Timeline
     from .worker.instruments import mark, span, timed
     from .worker.jobs import monitor, profiled
 
@@ -18,10 +19,14 @@ def __getattr__(name: str) -> object:
     # import this package too, and must not pay for the timeline and the views (~20 ms), the
     # worker's asyncio (~20 ms), the driver's pyzmq (~13 ms) or importlib.metadata. Issue 11.
     value: object
-    if name in ("Timeline", "load"):
-        from . import timeline
+    if name == "Timeline":
+        from .timeline import Timeline
 
-        value = getattr(timeline, name)
+        value = Timeline
+    elif name == "load":
+        from .record import load
+
+        value = load
     elif name in ("mark", "span", "timed"):
         from .worker import instruments
 

@@ -86,9 +86,14 @@ def _death(value: Any) -> dict[str, Any] | None:
 
 
 class TimelineBuilder:
-    """Folds driver frames of any number of workers into one Timeline."""
+    """Folds driver frames of any number of workers into one Timeline.
 
-    def __init__(self) -> None:
+    keep=False is a driver's live state, whose record file keeps the rest (record.py): workers,
+    their open jobs and notes are kept; samples, spans, marks and ended jobs are not (a sample
+    is checked only for what a live view reads of it: its tree and GPU values)."""
+
+    def __init__(self, keep: bool = True) -> None:
+        self.keep = keep
         self.t = Timeline()
         self._anchor: dict[str, tuple[int, int]] = {}
         self._boot_anchor: dict[str, tuple[int, int]] = {}
@@ -155,15 +160,20 @@ class TimelineBuilder:
 
     def _on_job_end(self, wid: str, b: dict[str, Any]) -> None:
         death = _death(b.get("death"))
-        job = self._open_jobs.pop((wid, int(b["job"])), None)
-        if job is None:
+        stats = _numbers(b["stats"]) if b.get("stats") else None
+        key = (wid, int(b["job"]))
+        if key not in self._open_jobs:
             return  # its start was lost: the seq gap is already counted
         end = self._wall(wid, b["t"])
-        stats = b.get("stats")
-        _append_job(self.t, wid, job, end, str(b.get("status", Status.OK)), b.get("error"),
-                    _numbers(stats) if stats else None, death)
+        job = self._open_jobs.pop(key)
+        if self.keep:
+            _append_job(self.t, wid, job, end, str(b.get("status", Status.OK)),
+                        b.get("error"), stats, death)
 
     def _on_sample(self, wid: str, b: dict[str, Any]) -> None:
+        if not self.keep:
+            _check_live(b)
+            return
         t = self._wall(wid, b["t"])
         root = self._roots.get(wid)
         names = {int(pid): str(name) for pid, _, name in b.get("new", ())}
@@ -221,6 +231,8 @@ class TimelineBuilder:
         notes = b.get("notes") or []
         if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
             raise ValueError("span notes must be a list of strings")
+        if not self.keep:
+            return
         # All checked: now add.
         self.t.threads.update(threads)
         self.t.spans.extend(spans)
@@ -286,6 +298,24 @@ class TimelineBuilder:
                 w.status = Status.IDLE
         t.sort()
         return t
+
+
+def _check_live(b: dict[str, Any]) -> None:
+    """What a live view reads of a sample (driver/live.py), checked: its tree's values, and
+    each GPU's. The rest is checked when a timeline is built from the record."""
+    if b.get("tree"):
+        _check_numbers(b["tree"])
+    for index, values in b.get("gpus", ()):
+        _opt(index, int)
+        _check_numbers(values)
+
+
+def _check_numbers(values: Any) -> None:
+    if not isinstance(values, dict):
+        raise ValueError("metric values must be a map")
+    for v in values.values():
+        if type(v) not in _PLAIN_NUMBERS:
+            raise ValueError("a metric value is not a number")
 
 
 def _shift(t: Timeline, offsets: dict[str, int]) -> None:

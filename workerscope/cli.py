@@ -338,7 +338,7 @@ def _live(sub: Subscriber, jobs: int | None, stop: threading.Event) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .timeline import load
+    from .record import load
 
     outputs = [path for path in (args.html, args.json, args.csv, args.wsc, args.png) if path]
     for path in outputs:

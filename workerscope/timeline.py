@@ -376,7 +376,8 @@ def out_path(template: str, pid: int, job: int) -> str:
 
 
 def load(path: str | os.PathLike[str]) -> Timeline:
-    """Read a timeline written by Timeline.save (.wsc)."""
+    """Read a timeline written by Timeline.save (.wsc). A driver's record is read by
+    workerscope.load (record.py), which reads both."""
     path = os.fspath(path)
     try:
         # Before opening: opening a FIFO blocks until a writer comes, a device reads for ever.

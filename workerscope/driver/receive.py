@@ -4,8 +4,10 @@ A mixin of Subscriber (subscriber.py holds the sockets, the lifecycle and the qu
 happens to each frame). It runs on the receive thread, which alone owns the ROUTER socket;
 everything it changes is read by the queries under `_cond`. Each frame is decoded (bounded),
 checked against the connection that sent it (connections.py), counted, held if its worker's
-clock anchor is not known yet (late.py), folded into the TimelineBuilder within
-max_kept_bytes, answered (acks, clock pings) and handed to on_frame and frames().
+clock anchor is not known yet (late.py), folded into the live state (a TimelineBuilder that
+keeps workers and open jobs only), appended to the record file within max_kept_bytes
+(record.py), answered (acks, clock pings) and handed to on_frame and frames(). About once a
+second the driver's own facts (clocks, loss, states) join the record too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import zmq
 from .. import protocol
 from ..builder import TimelineBuilder
 from ..errors import ProtocolError
+from ..record import FACTS, Facts, RecordWriter
 from ..timeline import Worker
 from . import late
 from .clock import ClockSync
@@ -34,10 +37,7 @@ POLL_MS = 100
 BATCH = 256  # frames taken per round before the held frames get their turn
 MAX_OPEN_JOBS = 10_000  # per worker
 MAX_WORKER_ID = 512  # characters
-# What the timeline kept in memory costs, estimated per frame folded in (measured, see
-# docs/SECURITY.md: 217-620 B per record, 3-14 bytes per byte of the frame).
-KEPT_PER_RECORD = 450
-KEPT_PER_BYTE = 4
+FACTS_S = 1.0  # the driver's facts go to the record this often
 _KEPT_KINDS = frozenset({protocol.SAMPLE, protocol.SPANS, protocol.MARK, protocol.JOB_START,
                          protocol.JOB_END})
 
@@ -76,15 +76,24 @@ class FrameReceiver:
     _boot: str
     _host: str
     _builder: TimelineBuilder
+    _record: RecordWriter | None
     _cond: threading.Condition
     _stop: threading.Event
+
+    def _facts(self) -> Facts:
+        """What this driver knows that no frame says; made by Subscriber."""
+        raise NotImplementedError
 
     def _run(self, sock: zmq.Socket[bytes], conns: Connections) -> None:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         backoff = 0.0
+        facts_due = time.monotonic() + FACTS_S
         while not self._stop.is_set():
             try:
+                if time.monotonic() >= facts_due:
+                    facts_due = time.monotonic() + FACTS_S
+                    self._write_facts()
                 ready = dict(poller.poll(POLL_MS))
                 conns.forget_ended()
                 if sock in ready:
@@ -137,7 +146,7 @@ class FrameReceiver:
                 overflow = self._unanchored.hold(wid, data, time.monotonic())
                 folded, held = False, []
             else:
-                folded = self._fold(frame, len(data))
+                folded = self._fold(frame, data)
                 if folded:
                     self._reply(sock, identity, frame)
                 overflow = []
@@ -146,9 +155,10 @@ class FrameReceiver:
             self._deliver(frame)
         self._release([*overflow, (wid, held)])
 
-    def _fold(self, frame: protocol.Frame, nbytes: int) -> bool:
-        """Fold one frame into the timeline and the live state (under the lock). False if it
-        was malformed or refused. A heartbeat of a worker not known yet tells who it is."""
+    def _fold(self, frame: protocol.Frame, data: bytes | None) -> bool:
+        """Fold one frame into the live state and the record (under the lock); `data` is
+        the frame as received, None for one this driver made. False if it was malformed or
+        refused. A heartbeat of a worker not known yet tells who it is."""
         wid, kind = frame.worker, frame.kind
         if kind == protocol.JOB_START and self._live.open_jobs(wid) >= MAX_OPEN_JOBS:
             self._refuse("open_jobs", f"{wid!r:.100} has {MAX_OPEN_JOBS} jobs open already")
@@ -157,10 +167,11 @@ class FrameReceiver:
                     and self._kept >= self.max_kept_bytes)
         try:
             if keep:
-                before = self._records()
                 self._builder.add(frame)
-                self._kept += (KEPT_PER_RECORD * (self._records() - before)
-                               + KEPT_PER_BYTE * nbytes)
+                if data is None:
+                    data = protocol.encode_frame(kind, wid, frame.seq, frame.body)
+                if self._record is not None and self._record.append(data):
+                    self._kept += len(data)
             else:
                 self._refuse("kept", f"max_kept_bytes={self.max_kept_bytes} reached")
                 self._not_kept[wid] = self._not_kept.get(wid, 0) + 1
@@ -195,7 +206,7 @@ class FrameReceiver:
         """A worker that said hello before this driver listened: its heartbeat says who it
         is, and which of its jobs are open (they began before this driver)."""
         hello, starts = late.from_heartbeat(heartbeat)
-        if hello is None or not self._fold(hello, 0):
+        if hello is None or not self._fold(hello, None):
             return
         first = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
         notes = self._builder.worker(heartbeat.worker).notes
@@ -204,7 +215,7 @@ class FrameReceiver:
         live = self._live.workers.get(heartbeat.worker)
         known = live.jobs if live is not None else {}  # those whose start came already
         for start in starts:
-            if _int(start.body.get("job")) not in known and self._fold(start, 0):
+            if _int(start.body.get("job")) not in known and self._fold(start, None):
                 notes.append(f"job {start.body.get('name')!s:.200} ({start.body.get('job')}) "
                              "began before this driver: its frames from before are not here")
 
@@ -219,7 +230,7 @@ class FrameReceiver:
                     continue  # decoded once already: cannot fail
                 with self._cond:
                     self._anchored.add(frame.worker)  # no anchor coming: stop holding
-                    folded = self._fold(frame, len(data))
+                    folded = self._fold(frame, data)
                 if folded:
                     self._deliver(frame)
 
@@ -303,10 +314,9 @@ class FrameReceiver:
         self._next_seq[wid] = max(expected, frame.seq + 1)
         self.lost.setdefault(wid, 0)
 
-    def _records(self) -> int:
-        t = self._builder.t
-        return (len(t.spans) + len(t.marks) + len(t.samples) + len(t.jobs) + len(t.processes)
-                + len(t.threads))
+    def _write_facts(self) -> None:
+        if self._record is not None:
+            self._record.append(self._facts().encode(), FACTS)
 
     def _refuse(self, why: str, message: str) -> None:
         """Count a refused frame (under the lock); warn on the first of each reason."""

@@ -13,6 +13,10 @@ or lie to it (docs/SECURITY.md): on tcp:// only holders of its key get in (CURVE
 each connection speaks for one worker (connections.py); connections, workers, frames and what
 is kept are bounded in bytes (memory_ceiling); a worker gone silent leaves its jobs lost, not
 running; a driver that starts late learns its workers from their heartbeats (late.py).
+
+What was received is kept on disk, not in memory: every frame goes to a record file as it
+arrives (record.py; `record=`, else a temporary one), and `timeline()` is built from it. In
+memory stay each worker's live state and bounded queues, whatever the run's length.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import tempfile
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Callable
 
 import psutil
@@ -34,6 +39,7 @@ from ..builder import TimelineBuilder
 from ..errors import WorkerscopeError
 from ..procfs import boot_id
 from ..protocol import Status
+from ..record import QUEUE_BYTES, Facts, RecordWriter, read_record
 from ..timeline import Timeline
 from ..transport import MAX_FRAME_BYTES
 from . import ipc, late
@@ -50,7 +56,6 @@ from .receive import FrameReceiver
 RECEIVE_QUEUE = 1
 MAX_CONNECTIONS = 1024
 MAX_WORKERS = 4096
-MAX_KEPT_BYTES = 1024 * 1024 * 1024
 HANDSHAKE_MS = 10_000  # a connection that has not finished its handshake by then is dropped
 # Measured bytes behind the memory ceiling (docs/SECURITY.md): a frame decodes to at most ~20
 # bytes of Python objects per byte (2-character strings; arrays and maps are counted and
@@ -79,9 +84,13 @@ class Subscriber(FrameReceiver):
     `sub.key` of an earlier run, or keys.new_key()) keeps the same endpoint across restarts;
     `insecure=True` listens in plain text, for anyone who can reach the port. ipc:// paths are
     private to this user (0600).
+    record: a file that every frame received is appended to as it arrives (`load()` and
+    `workerscope report` read it, even if this driver was killed). Without it, a temporary
+    record is used, removed when the Subscriber is garbage-collected or the program exits.
     stale_after: seconds of silence after which a worker shows as "stale" and its open jobs
     as lost. The max_* bounds keep the driver's memory under `memory_ceiling`: what goes past
-    them is refused and counted in `refused`.
+    them is refused and counted in `refused`; max_kept_bytes caps the record's size (None:
+    as large as the disk allows).
     """
 
     def __init__(self, address: str = "tcp://127.0.0.1:0",
@@ -89,7 +98,8 @@ class Subscriber(FrameReceiver):
                  stale_after: float = 10.0, receive_queue: int = RECEIVE_QUEUE, *,
                  insecure: bool = False, key: str | None = None,
                  max_connections: int = MAX_CONNECTIONS, max_workers: int = MAX_WORKERS,
-                 max_kept_bytes: int | None = MAX_KEPT_BYTES) -> None:
+                 max_kept_bytes: int | None = None,
+                 record: str | os.PathLike[str] | None = None) -> None:
         self.address = address
         self.on_frame = on_frame
         self.stale_after = stale_after
@@ -99,6 +109,8 @@ class Subscriber(FrameReceiver):
         self.max_workers = max_workers
         self.max_kept_bytes = max_kept_bytes
         self.max_frame_bytes = MAX_FRAME_BYTES
+        self.record_path = None if record is None else os.fspath(record)
+        self._record: RecordWriter | None = None
         self._keys = DriverKeys.parse(key) if key else None
         if insecure and address.startswith("tcp://"):
             warnings.warn(f"Subscriber({address!r}, insecure=True): frames travel in plain "
@@ -129,7 +141,7 @@ class Subscriber(FrameReceiver):
         self._fanout = FrameFanout()
         self._boot = boot_id()
         self._host = socket.gethostname()
-        self._builder = TimelineBuilder()
+        self._builder = TimelineBuilder(keep=False)  # the rest is in the record
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -173,7 +185,7 @@ class Subscriber(FrameReceiver):
         queue = conns * ((self.receive_queue + 1) * self.max_frame_bytes + PER_CONNECTION)
         frame = (DECODED_PER_BYTE + 1) * self.max_frame_bytes  # decoded, and decrypted
         return (queue + frame + late.HOLD_BYTES + self.max_workers * PER_WORKER + FIXED
-                + (self.max_kept_bytes or 0))
+                + QUEUE_BYTES)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> Subscriber:
@@ -206,6 +218,12 @@ class Subscriber(FrameReceiver):
             raise WorkerscopeError(
                 f"cannot listen on {self.address!r}: {err}; give another address, e.g. "
                 "tcp://127.0.0.1:0 for any free port") from err
+        try:
+            self._record = self._open_record()
+        except WorkerscopeError:
+            self._close_sockets(sock, ctx)
+            self._remove_tmpdir()
+            raise
         bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         conns.listening = local_key(bound)
         secure = self._zap is not None and self._keys is not None
@@ -218,6 +236,18 @@ class Subscriber(FrameReceiver):
                                         name="workerscope-subscriber", daemon=True)
         self._thread.start()
         return self
+
+    def _open_record(self) -> RecordWriter:
+        if self._record is not None and self.record_path is not None:
+            # Started again after a close: the same record goes on.
+            return RecordWriter(self.record_path, resume=True)
+        if self.record_path is not None:
+            return RecordWriter(self.record_path)
+        fd, path = tempfile.mkstemp(prefix="workerscope-record-", suffix=".wsc")  # 0600
+        os.close(fd)
+        self.record_path = path
+        weakref.finalize(self, _remove, path)
+        return RecordWriter(path, mode=0o600)
 
     def _bind(self, sock: zmq.Socket[bytes], address: str) -> None:
         if address in ("ipc://", "ipc://*"):
@@ -239,6 +269,9 @@ class Subscriber(FrameReceiver):
             self._thread.join()
             self._thread = None
             self._closed_wall = time.time_ns()
+            if self._record is not None:
+                self._write_facts()  # the last word: states and clocks at close
+                self._record.close()  # timeline() still reads it
         sock, ctx = self._sock, self._ctx
         self._sock = self._ctx = None
         if sock is not None and ctx is not None:
@@ -313,33 +346,38 @@ class Subscriber(FrameReceiver):
             return self._clocks.offsets()
 
     def timeline(self) -> Timeline:
-        """The merged timeline of every worker seen so far, on this driver's clock. Jobs still
-        open on a worker gone stale or dead, or when the Subscriber has closed, end as lost."""
+        """The merged timeline of every worker seen so far, on this driver's clock, built
+        from the record. Jobs still open on a worker gone stale or dead, or when the
+        Subscriber has closed, end as lost."""
+        if self._record is None or self.record_path is None:
+            return Timeline()  # never started: nothing received
+        facts = self._facts()
+        written = self._record.flush()
+        return read_record(self.record_path, written, facts)
+
+    @property
+    def record_frames(self) -> int:
+        """Frames written to the record file so far."""
+        return 0 if self._record is None else self._record.frames
+
+    def _facts(self) -> Facts:
         states = self.states()
-        with self._cond:  # only copies under the lock: frames keep flowing while we build
-            clocks = self._clocks.offsets()
-            snapshot = self._builder.snapshot()
-            lost, dropped = dict(self.lost), dict(self.dropped)
-            not_kept = dict(self._not_kept)
-            gave_up = {wid: (self._last_wall.get(wid, 0), f"its worker went {state}: silent "
-                             f"since its last frame, no bye") for wid, state in states.items()
-                       if state in (Status.STALE, Status.DEAD)}
-            if self._closed_wall is not None:
-                for wid, state in states.items():
-                    if state == Status.RUNNING:
-                        gave_up[wid] = (self._closed_wall, "still open when the driver closed")
-        t = self._builder.finish(snapshot, {wid: offset for wid, (offset, _) in clocks.items()},
-                                 gave_up)
-        for wid, w in t.workers.items():
-            w.lost = lost.get(wid, 0)
-            w.dropped = max(w.dropped, dropped.get(wid, 0))
-            w.status = states.get(wid, w.status)
-            if wid in clocks:
-                w.clock_offset_ns, w.clock_error_ns = clocks[wid]
-            if not_kept.get(wid):  # a new list: the copy shares the builder's
-                w.notes = [*w.notes, f"{not_kept[wid]} frame(s) not kept: the driver's memory "
-                           f"cap (max_kept_bytes={self.max_kept_bytes}) was reached"]
-        return t
+        with self._cond:
+            notes = {wid: list(w.notes) for wid, w in self._builder.t.workers.items()}
+            for wid, n in self._not_kept.items():
+                notes.setdefault(wid, []).append(
+                    f"{n} frame(s) not kept: the record's cap (max_kept_bytes="
+                    f"{self.max_kept_bytes}) was reached")
+            if self._record is not None and (self._record.dropped or self._record.failed):
+                missed = (f"{self._record.dropped + self._record.failed} frame(s) of all "
+                          f"workers could not be written to the record "
+                          f"({self._record.last_error or 'the disk was slower than the frames'})")
+                for wid in self._builder.t.workers:
+                    notes.setdefault(wid, []).append(missed)
+            return Facts(clocks=self._clocks.offsets(), lost=dict(self.lost),
+                                dropped=dict(self.dropped), states=states,
+                                last_wall=dict(self._last_wall), notes=notes,
+                                closed_wall=self._closed_wall)
 
     def frames(self, maxsize: int = 10_000) -> AsyncIterator[protocol.Frame]:
         """Every frame from now on, as an async iterator (`async for f in sub.frames()`),
@@ -356,3 +394,10 @@ class Subscriber(FrameReceiver):
         with self._cond:
             return self._live.rows(self._builder.t.workers, states, self.lost, self.dropped,
                                    time.monotonic())
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # removed already

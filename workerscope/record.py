@@ -1,0 +1,382 @@
+"""The record: every frame a driver accepted, appended to a file as it arrives.
+
+A driver that follows a job for hours keeps what it received on disk, not in memory: the
+Subscriber appends each frame it folds in, through a writer thread, to an append-only file,
+and builds timelines from that file. A driver killed at any moment leaves a record that
+`load()` reads up to the last whole entry.
+
+Layout: an 8-byte header (RECORD_MAGIC), then entries, each a 1-byte tag, a 4-byte
+little-endian length and that many bytes:
+  F  a driver frame, exactly as protocol.encode_frame made it (as it came off the wire)
+  D  the driver's own facts at that moment (a msgpack map, see Facts): clock offsets, frames
+     lost and dropped per worker, each worker's state, its last frame's time, and notes
+Frames are in the order the driver folded them; facts entries come about once a second and
+at close, and the last one read is the one applied.
+
+A torn tail (the driver died mid-write) ends the read there and is said in every worker's
+notes, never fatal; an empty file or one that is not a record is a WorkerscopeError.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import stat
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, NamedTuple
+
+from . import protocol
+from .builder import TimelineBuilder
+from .errors import ProtocolError, WorkerscopeError
+from .protocol import Status
+from .timeline import Timeline
+from .timeline import load as load_timeline
+
+log = logging.getLogger("workerscope.record")
+
+RECORD_MAGIC = b"WSCREC\x00\x01"  # "WSCREC", a NUL, the layout's version
+FRAME = b"F"
+FACTS = b"D"
+_ENTRY = struct.Struct("<cI")
+FLUSH_S = 0.25  # the writer writes what is queued at least this often
+QUEUE_BYTES = 64 * 1024 * 1024  # frames waiting for the writer; past this, dropped and counted
+_READ_CHUNK = 1024 * 1024
+_MAX_ENTRY = 64 * 1024 * 1024  # far above any frame (1 MiB) or facts entry: a bad length
+
+
+class Entry(NamedTuple):
+    tag: bytes
+    data: bytes
+
+
+@dataclass
+class Facts:
+    """What only the driver knows, kept in the record beside the frames. Times are the
+    driver's wall clock (ns)."""
+
+    clocks: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # offset, error
+    lost: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    states: dict[str, str] = field(default_factory=dict)
+    last_wall: dict[str, int] = field(default_factory=dict)  # each worker's last frame
+    notes: dict[str, list[str]] = field(default_factory=dict)  # the driver's, per worker
+    closed_wall: int | None = None  # when the driver closed; None while it runs
+
+    def encode(self) -> bytes:
+        return protocol.encode_blob({
+            "clocks": {w: list(c) for w, c in self.clocks.items()}, "lost": self.lost,
+            "dropped": self.dropped, "states": self.states, "last_wall": self.last_wall,
+            "notes": self.notes, "closed_wall": self.closed_wall})
+
+    @classmethod
+    def decode(cls, data: bytes) -> Facts:
+        """ProtocolError if the entry is not facts as encode() writes them."""
+        raw = protocol.decode_blob(data, limit=None)
+        try:
+            if not isinstance(raw, dict):
+                raise TypeError("facts are a map")
+            closed = raw.get("closed_wall")
+            return cls(
+                clocks={_str(w): (_int(o), None if e is None else _int(e))
+                        for w, (o, e) in _map(raw.get("clocks")).items()},
+                lost={_str(w): _int(n) for w, n in _map(raw.get("lost")).items()},
+                dropped={_str(w): _int(n) for w, n in _map(raw.get("dropped")).items()},
+                states={_str(w): _str(s) for w, s in _map(raw.get("states")).items()},
+                last_wall={_str(w): _int(t) for w, t in _map(raw.get("last_wall")).items()},
+                notes={_str(w): [_str(n) for n in ns] for w, ns in _map(raw.get("notes")).items()},
+                closed_wall=None if closed is None else _int(closed))
+        except (TypeError, ValueError) as err:
+            raise ProtocolError(f"malformed driver facts in a record: {err}") from err
+
+
+def _map(value: Any) -> dict[Any, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError("expected a map")
+    return value
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+# -- writing -----------------------------------------------------------------------------------
+class RecordWriter:
+    """Appends entries to a record file from a thread of its own: append() only queues (the
+    receive thread never waits on the disk), the writer writes what is queued every FLUSH_S
+    at most, so a driver killed loses at most that much. The file is replaced if it exists.
+
+    Past queue_bytes waiting (a disk slower than the frames), frames are dropped and counted
+    in `dropped`; a failed write (a full disk) is counted in `failed` and said once."""
+
+    def __init__(self, path: str | os.PathLike[str], queue_bytes: int = QUEUE_BYTES,
+                 flush_s: float = FLUSH_S, mode: int = 0o644, resume: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.queue_bytes = queue_bytes
+        self.flush_s = flush_s
+        self.frames = 0  # frames written
+        self.bytes = len(RECORD_MAGIC)  # the file's length: whole entries only
+        self.dropped = 0  # frames not queued: the queue was full
+        self.failed = 0  # entries a write failed for
+        self.last_error: str | None = None
+        self.closed = False
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (0 if resume else os.O_TRUNC)
+        try:
+            fd = os.open(self.path, flags, mode)
+            if resume:  # a record this program wrote and closed: go on after its last entry
+                self.bytes = os.lseek(fd, 0, os.SEEK_END)
+        except OSError as err:
+            raise WorkerscopeError(f"cannot write the record {self.path!r}: "
+                                   f"{err.strerror or err}") from err
+        self._fd = fd
+        if not resume:
+            self._write(RECORD_MAGIC)
+        self._queue: collections.deque[tuple[bytes, bytes]] = collections.deque()
+        self._queued = 0  # bytes in _queue
+        self._asked = 0  # entries queued, ever
+        self._done = 0  # entries written (or failed), ever
+        self._flush_to = 0  # what a flush() waits for: entries queued before it
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="workerscope-record",
+                                        daemon=True)
+        self._thread.start()
+
+    def append(self, data: bytes, tag: bytes = FRAME) -> bool:
+        """Queue one entry; False (and counted) if the queue is full."""
+        with self._cond:
+            if self._stop:
+                return False
+            if self._queued + len(data) > self.queue_bytes and tag == FRAME:
+                self.dropped += 1
+                return False
+            self._queue.append((tag, data))
+            self._queued += len(data)
+            self._asked += 1
+            if self._queued > _READ_CHUNK:
+                self._cond.notify_all()
+            return True
+
+    def flush(self, timeout: float | None = 10.0) -> int:
+        """Wait until everything queued before this call is in the file; the file's length
+        in whole entries then (what a reader may read)."""
+        with self._cond:
+            target = self._flush_to = self._asked
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._done >= target or self._stop, timeout)
+            return self.bytes
+
+    def close(self) -> None:
+        """Write what is queued and close the file; flush() then returns its length."""
+        if self.closed:
+            return
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._drain()  # what came after the thread's last round
+        os.close(self._fd)
+        self.closed = True
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stop or self._queued > _READ_CHUNK
+                                    or self._flush_to > self._done, self.flush_s)
+                if self._stop:
+                    return
+            self._drain()  # what filled a chunk, a flush() waits for, or flush_s passed
+
+    def _drain(self) -> None:
+        with self._cond:
+            entries = list(self._queue)
+            self._queue.clear()
+            self._queued = 0
+        if not entries:
+            return
+        chunk = b"".join(b"".join((_ENTRY.pack(tag, len(data)), data)) for tag, data in entries)
+        frames = sum(tag == FRAME for tag, _ in entries)
+        ok = self._write(chunk)
+        with self._cond:
+            if ok:
+                self.bytes += len(chunk)
+                self.frames += frames
+            else:
+                self.failed += len(entries)
+            self._done += len(entries)
+            self._cond.notify_all()
+
+    def _write(self, data: bytes) -> bool:
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(view):
+                written += os.write(self._fd, view[written:])
+        except OSError as err:
+            # A part-written chunk would tear the file in the middle: cut it back off.
+            try:
+                os.ftruncate(self._fd, self.bytes)
+                os.lseek(self._fd, self.bytes, os.SEEK_SET)
+            except OSError:
+                pass  # the file is as it is; a reader stops at the torn entry
+            first = self.failed == 0 and self.last_error is None
+            self.last_error = f"writing the record {self.path!r}: {err.strerror or err}"
+            if first:
+                log.warning("%s (entries not written are counted from now on)", self.last_error)
+            return False
+        return True
+
+
+# -- reading -----------------------------------------------------------------------------------
+class RecordReader:
+    """The entries of a record, streamed: `for entry in reader`. After the loop, `torn` is
+    the number of bytes at the end that did not make a whole entry (a driver killed
+    mid-write), 0 for a whole record."""
+
+    def __init__(self, path: str | os.PathLike[str], limit: int | None = None) -> None:
+        self.path = os.fspath(path)
+        self.limit = limit  # read no further than this many bytes (what a writer flushed)
+        self.torn = 0
+        self.frames = 0
+
+    def __iter__(self) -> Iterator[Entry]:
+        with _open_regular(self.path) as f:
+            head = f.read(len(RECORD_MAGIC))
+            if not head:
+                raise WorkerscopeError(f"{self.path!r} is empty: the driver that was recording "
+                                       "it stopped before writing anything")
+            if head != RECORD_MAGIC:
+                raise WorkerscopeError(f"{self.path!r} is not a workerscope record")
+            pos = len(head)
+            buf = b""
+            while True:
+                want = _READ_CHUNK if self.limit is None else min(_READ_CHUNK, self.limit - pos)
+                more = f.read(want) if want > 0 else b""
+                pos += len(more)
+                buf += more
+                start = 0
+                while len(buf) - start >= _ENTRY.size:
+                    tag, size = _ENTRY.unpack_from(buf, start)
+                    if tag not in (FRAME, FACTS) or size > _MAX_ENTRY:
+                        self.torn = len(buf) - start + self._rest(f, pos)
+                        return
+                    end = start + _ENTRY.size + size
+                    if end > len(buf):
+                        break
+                    if tag == FRAME:
+                        self.frames += 1
+                    yield Entry(tag, buf[start + _ENTRY.size:end])
+                    start = end
+                buf = buf[start:]
+                if not more:
+                    self.torn = len(buf)
+                    return
+
+    def _rest(self, f: BinaryIO, pos: int) -> int:
+        size = os.fstat(f.fileno()).st_size
+        return max(0, (size if self.limit is None else min(size, self.limit)) - pos)
+
+
+def _open_regular(path: str) -> BinaryIO:
+    try:
+        # Before opening: opening a FIFO blocks until a writer comes, a device reads for ever.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise WorkerscopeError(f"{path!r} is not a regular file")
+        return open(path, "rb")
+    except OSError as err:
+        raise WorkerscopeError(f"cannot read {path!r}: {err.strerror or err}") from err
+
+
+def is_record(path: str | os.PathLike[str]) -> bool:
+    """Whether the file begins as a record does (an empty file counts: a record's start)."""
+    with _open_regular(os.fspath(path)) as f:
+        head = f.read(len(RECORD_MAGIC))
+    return head == RECORD_MAGIC or not head
+
+
+def read_record(path: str | os.PathLike[str], limit: int | None = None,
+         facts: Facts | None = None) -> Timeline:
+    """The Timeline of a record: its frames folded in order, then the driver's facts (its
+    last facts entry, or `facts` when given: a live driver's, newer than any in the file).
+    Frames that do not fold are skipped and counted in their worker's notes."""
+    reader = RecordReader(path, limit)
+    builder = TimelineBuilder()
+    last: Facts | None = None
+    bad: dict[str, int] = {}  # worker -> frames of it that did not fold
+    unreadable = 0  # entries that are no frame or no facts at all
+    for entry in reader:
+        try:
+            if entry.tag == FACTS:
+                last = Facts.decode(entry.data)
+                continue
+            frame = protocol.decode_frame(entry.data)
+        except ProtocolError:
+            unreadable += 1
+            continue
+        try:
+            builder.add(frame)
+        except ProtocolError:
+            bad[frame.worker] = bad.get(frame.worker, 0) + 1
+    t = _apply(builder, facts or last or Facts(), live=facts is not None)
+    notes = [f"{unreadable} entr(ies) of the record could not be read"] if unreadable else []
+    if reader.torn:
+        notes.append(f"the record {reader.path!r} ends in a torn entry ({reader.torn} bytes, "
+                     "not read): the driver stopped while writing it")
+        log.warning("%s ends in a torn entry of %d bytes (not read): the driver that wrote it "
+                    "stopped mid-write", reader.path, reader.torn)
+    for wid, w in t.workers.items():
+        own = [f"{bad[wid]} malformed frame(s) of this worker in the record were skipped"
+               ] if bad.get(wid) else []
+        w.notes = [*w.notes, *own, *notes]
+    return t
+
+
+def _apply(builder: TimelineBuilder, facts: Facts, live: bool) -> Timeline:
+    """Fold in what the driver knew: clocks, loss, states; jobs still open on a worker that
+    went silent, died or outlived the driver end as lost (unless `live`: the driver is still
+    listening, and the job still running)."""
+    gave_up: dict[str, tuple[int, str]] = {}
+    for wid, state in facts.states.items():
+        if state in (Status.STALE, Status.DEAD):
+            gave_up[wid] = (facts.last_wall.get(wid, 0), f"its worker went {state}: silent "
+                            "since its last frame, no bye")
+        elif state in (Status.RUNNING, Status.IDLE) and builder.has_open_job(wid) and (
+                facts.closed_wall is not None or not live):
+            if facts.closed_wall is not None:
+                gave_up[wid] = (facts.closed_wall, "still open when the driver closed")
+            else:
+                gave_up[wid] = (facts.last_wall.get(wid, 0), "still open where the record "
+                                "ends: the driver stopped without closing it")
+    offsets = {wid: offset for wid, (offset, _) in facts.clocks.items()}
+    t = builder.finish(builder.snapshot(), offsets, gave_up)
+    for wid, w in t.workers.items():
+        w.lost = facts.lost.get(wid, w.lost)
+        w.dropped = max(w.dropped, facts.dropped.get(wid, 0))
+        if wid in facts.states:
+            w.status = facts.states[wid]
+        if wid in facts.clocks:
+            w.clock_offset_ns, w.clock_error_ns = facts.clocks[wid]
+        w.notes = [*w.notes, *(n for n in facts.notes.get(wid, ()) if n not in w.notes)]
+    return t
+
+
+def load(path: str | os.PathLike[str]) -> Timeline:
+    """Read a saved timeline (.wsc) or a driver's record (`Subscriber(record=...)`,
+    `workerscope listen -o`), whichever the file is."""
+    path = os.fspath(path)
+    if is_record(path):
+        return read_record(path)
+    return load_timeline(path)
