@@ -45,6 +45,7 @@ _ENTRY = struct.Struct("<cI")
 FLUSH_S = 0.25  # the writer writes what is queued at least this often
 QUEUE_BYTES = 64 * 1024 * 1024  # frames waiting for the writer; past this, dropped and counted
 _READ_CHUNK = 1024 * 1024
+_BATCH = 512  # entries a writev: two buffers each, within IOV_MAX (1,024)
 _MAX_ENTRY = 64 * 1024 * 1024  # far above any frame (1 MiB) or facts entry: a bad length
 
 
@@ -143,7 +144,7 @@ class RecordWriter:
                                    f"{err.strerror or err}") from err
         self._fd = fd
         if not resume:
-            self._write(RECORD_MAGIC)
+            self._write([RECORD_MAGIC], len(RECORD_MAGIC))
         self._queue: collections.deque[tuple[bytes, bytes]] = collections.deque()
         self._queued = 0  # bytes in _queue
         self._asked = 0  # entries queued, ever
@@ -207,24 +208,28 @@ class RecordWriter:
             self._queued = 0
         if not entries:
             return
-        chunk = b"".join(b"".join((_ENTRY.pack(tag, len(data)), data)) for tag, data in entries)
-        frames = sum(tag == FRAME for tag, _ in entries)
-        ok = self._write(chunk)
-        with self._cond:
-            if ok:
-                self.bytes += len(chunk)
-                self.frames += frames
-            else:
-                self.failed += len(entries)
-            self._done += len(entries)
-            self._cond.notify_all()
+        for start in range(0, len(entries), _BATCH):
+            batch = entries[start:start + _BATCH]
+            # Gathered by the kernel (writev): no copy of the frames into one large chunk.
+            parts = [p for tag, data in batch for p in (_ENTRY.pack(tag, len(data)), data)]
+            size = sum(map(len, parts))
+            ok = self._write(parts, size)
+            with self._cond:
+                if ok:
+                    self.bytes += size
+                    self.frames += sum(tag == FRAME for tag, _ in batch)
+                else:
+                    self.failed += len(batch)
+                self._done += len(batch)
+                self._cond.notify_all()
 
-    def _write(self, data: bytes) -> bool:
-        view = memoryview(data)
-        written = 0
+    def _write(self, parts: list[bytes], size: int) -> bool:
         try:
-            while written < len(view):
-                written += os.write(self._fd, view[written:])
+            written = os.writev(self._fd, parts)
+            if written < size:  # a short write (rare on a file): the rest, piece by piece
+                rest = memoryview(b"".join(parts))[written:]
+                while rest:
+                    rest = rest[os.write(self._fd, rest):]
         except OSError as err:
             # A part-written chunk would tear the file in the middle: cut it back off.
             try:

@@ -355,6 +355,13 @@ class Subscriber(FrameReceiver):
         written = self._record.flush()
         return read_record(self.record_path, written, facts)
 
+    def flush(self) -> int:
+        """Wait until every frame received so far is in the record file (it is written
+        about every 0.25 s by itself); the number of frames the file holds."""
+        if self._record is not None:
+            self._record.flush()
+        return self.record_frames
+
     @property
     def record_frames(self) -> int:
         """Frames written to the record file so far."""
