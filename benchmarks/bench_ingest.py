@@ -12,19 +12,24 @@ metric names), FRAMES // senders samples {"t", "tree": 16 metrics, "procs": PROC
 all back to back (blocking sends: frames queue, never drop), then closes with a linger that
 lets them all out. Building the frames is outside the measurement; so is connecting.
 
-Receivers, measured from the first frame received to the last of senders x (samples + 2):
-  raw ROUTER + unpackb   the floor: a bare ROUTER (same RCVHWM and MAXMSGSIZE as the
-                         Subscriber) in this process's main thread, recv_multipart() then
-                         msgpack.unpackb(raw=False, strict_map_key=True) of each frame
-  Subscriber             workerscope's driver: its receive thread decodes and checks each
-                         frame, counts seq gaps, folds it into the merged Timeline and
-                         acknowledges each bye; an on_frame callback notes the time of the
-                         first and last frame (~0.2 us a frame) and this thread sleeps on an
-                         Event until the last one
-  Subscriber + wait()    the same, with this thread in sub.wait(byes=senders) instead, as
-                         the docstring shows: wait() re-checks its condition at every frame
+Receivers, each timed from the go to the last of senders x (samples + 2) frames, on the same
+wire: CURVE (the Subscriber's default on tcp://) and plain (insecure=True), at the
+Subscriber's RCVHWM (receive_queue) and MAXMSGSIZE:
+  raw ROUTER + unpackb   the floor: a bare ROUTER in this process's main thread,
+                         recv_multipart() then msgpack.unpackb(raw=False, strict_map_key=True)
+                         of each frame; with CURVE, the server's keys and no ZAP handler
+  Subscriber             workerscope's driver as a program uses it: this thread in
+                         sub.wait(byes=senders). Its receive thread checks each frame's
+                         envelope, counts seq gaps, binds it to its connection, folds it into
+                         the live state, appends it to the record file (a temporary one
+                         here) and acknowledges each bye; a sample's body is decoded a few
+                         times a second per worker, for the live view, the rest when a
+                         timeline is built from the record
+  Subscriber + on_frame  the same with an on_frame callback that counts frames: every frame
+                         is then decoded whole, to be handed over
 Best of REPEATS rounds per case, the cases interleaved. After each Subscriber round the script
-checks that every frame arrived: no seq gap, no bad frame, every worker said bye.
+checks that every frame arrived: no seq gap, no bad frame, every worker said bye, and the
+record holds every frame.
 
 Latency: a real sidecar samples at 0.01 s, sending to a Subscriber whose on_frame computes,
 for each sample, the driver's time.time_ns() at delivery minus the sample's time mapped to
@@ -60,6 +65,8 @@ import workerscope  # noqa: E402
 from workerscope import protocol  # noqa: E402
 from workerscope.sidecar.service import METRICS  # noqa: E402
 from workerscope.procfs import boot_id  # noqa: E402
+from workerscope.driver.keys import DriverKeys  # noqa: E402
+from workerscope.driver.subscriber import RECEIVE_QUEUE  # noqa: E402
 from workerscope.transport import dealer  # noqa: E402
 from workerscope.worker.link import close_all  # noqa: E402
 
@@ -70,7 +77,6 @@ REPEATS = 5
 ROUND_TIMEOUT = 60.0
 LATENCY_S = 4.0
 LATENCY_INTERVAL = 0.01
-FLOOR = "raw ROUTER + unpackb"
 
 
 # -- the frames -----------------------------------------------------------------------------
@@ -193,28 +199,30 @@ class Senders:
 
 
 # -- the receivers --------------------------------------------------------------------------
-def round_floor(senders: Senders, k: int, round_no: int) -> tuple[float, int, int]:
+def round_floor(senders: Senders, k: int, round_no: int, secure: bool) -> tuple[float, int, int]:
+    """The floor: a bare ROUTER, its options the Subscriber's (RCVHWM, MAXMSGSIZE, CURVE when
+    `secure`), recv_multipart() then unpackb of every frame, in this thread."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.MAXMSGSIZE, protocol.MAX_FRAME_BYTES)
-    sock.setsockopt(zmq.RCVHWM, 100_000)
+    sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
     sock.setsockopt(zmq.RCVTIMEO, int(ROUND_TIMEOUT * 1000))
+    keys = DriverKeys.new() if secure else None
     try:
+        if keys is not None:
+            keys.serve(sock)  # no ZAP handler: any client key gets in, the floor's cost only
         sock.bind("tcp://127.0.0.1:*")
-        endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        endpoint = keys.endpoint(bound) if keys is not None else bound
         expected, nbytes = senders.prepare(k, endpoint, FRAMES, round_no)
         time.sleep(0.2)  # let the connections settle
-        senders.go(k)
         recv, unpackb, clock = sock.recv_multipart, msgpack.unpackb, time.perf_counter
-        _, data = recv()  # blocks until the first frame
         first = clock()
-        unpackb(data, raw=False, strict_map_key=True)
-        got = 1
-        while got < expected:
+        senders.go(k)
+        for _ in range(expected):
             _, data = recv()
             unpackb(data, raw=False, strict_map_key=True)
-            got += 1
         last = clock()
         senders.finish(k)
     finally:
@@ -223,43 +231,37 @@ def round_floor(senders: Senders, k: int, round_no: int) -> tuple[float, int, in
     return last - first, expected, nbytes
 
 
-def round_subscriber(senders: Senders, k: int, round_no: int, use_wait: bool
+def round_subscriber(senders: Senders, k: int, round_no: int, secure: bool, callback: bool
                      ) -> tuple[float, int, int]:
-    stamps = [0.0, 0.0]
+    """A Subscriber as a driver program uses it: this thread in sub.wait(byes=k) until every
+    sender said bye; with `callback`, an on_frame that counts (every frame then decoded whole
+    to be handed over)."""
     count = [0]
-    expected = [1 << 62]
-    done = threading.Event()
-    clock = time.perf_counter
 
     def on_frame(frame: protocol.Frame) -> None:
-        now = clock()
-        if not count[0]:
-            stamps[0] = now
         count[0] += 1
-        stamps[1] = now
-        if count[0] >= expected[0]:
-            done.set()
 
-    with workerscope.Subscriber(on_frame=on_frame) as sub:
-        expected[0], nbytes = senders.prepare(k, sub.endpoint, FRAMES, round_no)
+    with workerscope.Subscriber(on_frame=on_frame if callback else None,
+                                insecure=not secure) as sub:
+        expected, nbytes = senders.prepare(k, sub.endpoint, FRAMES, round_no)
         time.sleep(0.2)
+        first = time.perf_counter()
         senders.go(k)
-        if use_wait:
-            ok = sub.wait(byes=k, timeout=ROUND_TIMEOUT)
-        else:
-            ok = done.wait(ROUND_TIMEOUT)
-        if not ok or not done.wait(5):
-            raise RuntimeError(f"Subscriber got {count[0]} of {expected[0]} frames")
-        if not sub.wait(byes=k, timeout=5):
+        if not sub.wait(byes=k, timeout=ROUND_TIMEOUT):
             raise RuntimeError("not every sender's bye reached the Subscriber")
+        last = time.perf_counter()
         senders.finish(k)
         received = sum(sub.received.values())
-        if received != expected[0] or any(sub.lost.values()) or sub.bad_frames:
-            raise RuntimeError(f"Subscriber: {received} of {expected[0]} frames, "
+        if received != expected or any(sub.lost.values()) or sub.bad_frames:
+            raise RuntimeError(f"Subscriber: {received} of {expected} frames, "
                                f"lost {sum(sub.lost.values())}, bad {sub.bad_frames}")
+        if callback and count[0] != expected:
+            raise RuntimeError(f"on_frame saw {count[0]} of {expected} frames")
         if len(sub.received) != k:
             raise RuntimeError(f"Subscriber saw {len(sub.received)} workers, not {k}")
-    return stamps[1] - stamps[0], expected[0], nbytes
+        if sub.flush() != expected:
+            raise RuntimeError(f"the record holds {sub.record_frames} of {expected} frames")
+    return last - first, expected, nbytes
 
 
 # -- latency --------------------------------------------------------------------------------
@@ -384,31 +386,35 @@ def main() -> int:
         print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs, pyzmq {zmq.__version__} "
               f"(libzmq {zmq.zmq_version()}), msgpack {'.'.join(map(str, msgpack.version))}; "
               f"{FRAMES:,} sample frames per round of {len(probe[1]):,} B "
-              f"({PROCS} procs each) + hello and bye per sender, over tcp://127.0.0.1; "
+              f"({PROCS} procs each) + hello and bye per sender, over tcp://127.0.0.1, "
+              f"RCVHWM {RECEIVE_QUEUE}; "
               f"best of {REPEATS}")
         print()
-        head = (f"{'senders':>7}  {'receiver':<22} {'frames':>7} {'MB':>6} {'seconds':>8} "
+        head = (f"{'senders':>7}  {'receiver':<34} {'frames':>7} {'MB':>6} {'seconds':>8} "
                 f"{'frames/s':>9} {'MB/s':>7} {'us/frame':>8} {'x floor':>8}")
         print(head)
         print("-" * len(head))
         sys.stdout.flush()
         round_no = 0
         for k in SENDERS:
-            best: dict[str, tuple[float, int, int]] = {}
-            for _ in range(REPEATS):
-                for label in (FLOOR, "Subscriber", "Subscriber + wait()"):
-                    round_no += 1
-                    if label == FLOOR:
-                        r = round_floor(senders, k, round_no)
-                    else:
-                        r = round_subscriber(senders, k, round_no, label.endswith("wait()"))
-                    if label not in best or r[0] < best[label][0]:
-                        best[label] = r
-            floor = best[FLOOR][0]
-            for label, (secs, n, nbytes) in best.items():
-                print(f"{k:>7}  {label:<22} {n:>7,} {nbytes / 1e6:6.1f} {secs:8.3f} "
-                      f"{n / secs:9,.0f} {nbytes / 1e6 / secs:7.1f} {secs / n * 1e6:8.1f} "
-                      f"{secs / floor:7.1f}x")
+            for secure in (True, False):
+                best: dict[str, tuple[float, int, int]] = {}
+                wire = "CURVE" if secure else "plain"
+                floor_label = f"raw ROUTER + unpackb, {wire}"
+                cases = [(floor_label, None), (f"Subscriber, {wire}", False),
+                         (f"Subscriber + on_frame, {wire}", True)]
+                for _ in range(REPEATS):
+                    for label, callback in cases:
+                        round_no += 1
+                        r = (round_floor(senders, k, round_no, secure) if callback is None
+                             else round_subscriber(senders, k, round_no, secure, callback))
+                        if label not in best or r[0] < best[label][0]:
+                            best[label] = r
+                floor = best[floor_label][0]
+                for label, (secs, n, nbytes) in best.items():
+                    print(f"{k:>7}  {label:<34} {n:>7,} {nbytes / 1e6:6.1f} {secs:8.3f} "
+                          f"{n / secs:9,.0f} {nbytes / 1e6 / secs:7.1f} {secs / n * 1e6:8.1f} "
+                          f"{floor / secs:7.2f}x")
             print()
             sys.stdout.flush()
     finally:

@@ -20,16 +20,23 @@ from workerscope.record import FACTS, RECORD_MAGIC, RecordReader, RecordWriter
 
 # A driver in a process of its own, so it can be killed and its memory measured alone. It
 # answers each line on stdin: "flush" (wait until the record holds every frame received so
-# far), "close", anything else (stats only).
+# far), "close", anything else (stats only). With a second argument, it notes which workers
+# sent spans (an on_frame callback).
 DRIVER = """
 import json, sys
 from workerscope import Subscriber
+
+spans_from = set()
+
+def on_frame(frame):
+    if frame.kind == "spans":
+        spans_from.add(frame.worker)
 
 def rss():
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
 
-sub = Subscriber(record=sys.argv[1]).start()
+sub = Subscriber(record=sys.argv[1], on_frame=on_frame if sys.argv[2:] else None).start()
 print(json.dumps({"endpoint": sub.endpoint}), flush=True)
 for line in sys.stdin:
     if line.strip() == "flush":
@@ -39,7 +46,8 @@ for line in sys.stdin:
     print(json.dumps({"received": sum(sub.received.values()), "recorded": sub.record_frames,
                       "jobs": sub.jobs_started, "byes": sum(
                           s not in ("running", "idle", "stale") for s in sub.states().values()),
-                      "rss": rss(), "bad": sub.bad_frames, "refused": sub.refused}), flush=True)
+                      "rss": rss(), "bad": sub.bad_frames, "refused": sub.refused,
+                      "spans_from": len(spans_from)}), flush=True)
 """
 
 # A worker: one job sampled every 0.01 s, calling a @timed step until a line comes on stdin.
@@ -59,8 +67,8 @@ with monitor(interval=0.01, endpoint={endpoint!r}, name="w{n}"):
 
 
 class Driver:
-    def __init__(self, record: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", DRIVER, record], text=True,
+    def __init__(self, record: str, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", DRIVER, record, *args], text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.endpoint = json.loads(self.proc.stdout.readline())["endpoint"]
 
@@ -104,10 +112,10 @@ def test_a_driver_killed_mid_run_leaves_a_record_that_loads(clean_env, tmp_path)
     driver had written at its last flush, samples and spans of all four, and their open jobs
     ending where the record does."""
     path = str(tmp_path / "run.wsc")
-    driver = Driver(path)
+    driver = Driver(path, "note spans")
     workers = _workers(driver.endpoint)
     try:
-        driver.until(lambda s: s["jobs"] == 4 and s["received"] > 400)
+        driver.until(lambda s: s["jobs"] == 4 and s["spans_from"] == 4 and s["received"] > 400)
         flushed = driver.ask("flush")["recorded"]
         os.kill(driver.proc.pid, signal.SIGKILL)
         driver.proc.wait(30)

@@ -229,6 +229,43 @@ def decode_frame(data: bytes, limit: int = MAX_FRAME_BYTES) -> Frame:
     if not isinstance(msg, list) or len(msg) != 5:
         raise ProtocolError("a frame is a 5-item array [version, kind, worker, seq, body]")
     version, kind, worker, seq, body = msg
+    _check_envelope(version, kind, worker, seq)
+    if not isinstance(body, dict):
+        raise ProtocolError("frame body must be a map")
+    return Frame(kind, worker, seq, body)
+
+
+_MAP_MARKERS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])  # msgpack's map type bytes
+
+
+def peek_frame(data: bytes, limit: int = MAX_FRAME_BYTES) -> Frame:
+    """The envelope of one driver frame from untrusted bytes, its body left undecoded (an
+    empty map): ~1 us, against ~13 us to decode a sidecar's sample whole. The same checks
+    as decode_frame, but the body's only that it is a map; ProtocolError if not one."""
+    if not isinstance(data, bytes):
+        raise ProtocolError(f"a frame must be bytes, got {type(data).__name__}")
+    if len(data) > limit:
+        raise ProtocolError(f"frame of {len(data)} bytes exceeds the {limit}-byte limit")
+    try:
+        # The envelope's items are scalars: a container there is refused while it is read.
+        unpacker = msgpack.Unpacker(raw=False, strict_map_key=True, max_buffer_size=len(data),
+                                    max_ext_len=0, max_array_len=5, max_map_len=0)
+        unpacker.feed(data)
+        if unpacker.read_array_header() != 5:
+            raise ProtocolError("a frame is a 5-item array [version, kind, worker, seq, body]")
+        version, kind, worker, seq = (unpacker.unpack() for _ in range(4))
+        at = unpacker.tell()
+    except ProtocolError:
+        raise
+    except Exception as err:  # msgpack raises several unrelated types for bad input
+        raise ProtocolError(f"not a msgpack message: {err}") from err
+    _check_envelope(version, kind, worker, seq)
+    if at >= len(data) or data[at] not in _MAP_MARKERS:
+        raise ProtocolError("frame body must be a map")
+    return Frame(kind, worker, seq, {})
+
+
+def _check_envelope(version: Any, kind: Any, worker: Any, seq: Any) -> None:
     if version != VERSION:
         raise ProtocolError(f"frame schema version {version!r}, this workerscope reads {VERSION}")
     # isinstance first: a list or map in the kind's place is unhashable, and `in` would raise
@@ -239,9 +276,6 @@ def decode_frame(data: bytes, limit: int = MAX_FRAME_BYTES) -> Frame:
         raise ProtocolError("frame worker id must be a non-empty string")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         raise ProtocolError("frame seq must be a non-negative integer")
-    if not isinstance(body, dict):
-        raise ProtocolError("frame body must be a map")
-    return Frame(kind, worker, seq, body)
 
 
 def encode_pipe(kind: str, body: dict[str, Any]) -> bytes:

@@ -27,6 +27,11 @@ class FrameFanout:
         self._entries: list[_Entry] = []
         self._closed = False
 
+    @property
+    def active(self) -> bool:
+        """Whether a consumer is listening: frames must then be decoded whole."""
+        return bool(self._entries)
+
     def subscribe(self, loop: asyncio.AbstractEventLoop, maxsize: int) -> _FrameQueue:
         """A new consumer on `loop`, registered at once, so no frame published after this call
         is missed. After close(), an iterator that ends at once."""

@@ -138,6 +138,7 @@ class Subscriber(FrameReceiver):
         self._no_ping: set[str] = set()  # light workers: no sidecar to answer a ping
         self._pending_ack: dict[str, tuple[bytes, int]] = {}  # worker -> (identity, bye's seq)
         self._live = LiveState()
+        self._live_read: dict[str, float] = {}
         self._fanout = FrameFanout()
         self._boot = boot_id()
         self._host = socket.gethostname()
