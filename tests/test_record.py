@@ -237,3 +237,32 @@ def test_a_record_is_appended_to_as_frames_come(tmp_path):
     resumed.append(frames[0])
     resumed.close()
     assert [e.data for e in RecordReader(path)] == [*frames, frames[0]]
+
+
+def test_listen_records_to_a_wsc_and_survives_kill_9(clean_env, tmp_path):
+    """`workerscope listen -o run.wsc` records as frames come: killed with SIGKILL after a job,
+    its record still shows the job and its spans."""
+    out = tmp_path / "run.wsc"
+    proc = subprocess.Popen([sys.executable, "-m", "workerscope", "listen", "-q", "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        endpoint = proc.stdout.readline().split()[-1]
+        with monitor(interval=0.05, endpoint=endpoint, name="before the kill"):
+            step()
+        deadline = time.monotonic() + 60
+        while not any(j.status == "ok" for j in _jobs(out)):  # at the record's next write
+            assert time.monotonic() < deadline, "the job never reached the record"
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.communicate()
+    t = load(out)
+    assert [j.name for j in t.jobs] == ["before the kill"]
+    assert any(s.name.endswith("step") for s in t.spans)
+
+
+def _jobs(path) -> list:
+    try:
+        return load(path).jobs
+    except WorkerscopeError:
+        return []  # not written yet

@@ -285,8 +285,9 @@ def cmd_listen(args: argparse.Namespace) -> int:
             lost_seen[frame.worker] = lost
 
     quiet = args.quiet or args.live
+    record = args.output if args.output and args.output.lower().endswith(".wsc") else None
     sub = Subscriber(args.bind, on_frame=None if quiet else on_frame, key=key,
-                     insecure=args.insecure)
+                     insecure=args.insecure, record=record)
     stop = _stop_on_ctrl_c()
     try:
         with sub:
@@ -301,11 +302,14 @@ def cmd_listen(args: argparse.Namespace) -> int:
                         stop.wait(0.5)
             if stop.is_set():
                 print("stopped", file=sys.stderr)
-            # Everything received so far is in the timeline, Ctrl-C or not.
-            timeline = sub.timeline()
+            if record is None and args.output:
+                # Everything received so far is in the timeline, Ctrl-C or not.
+                timeline = sub.timeline()
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if args.output:
+    if record is not None:
+        print(f"workerscope: recorded {sub.record_frames} frame(s) to {record}", file=sys.stderr)
+    elif args.output:
         _save(timeline, args.output, f"workerscope-listen-{os.getpid()}")
     return 0
 
@@ -340,7 +344,8 @@ def _live(sub: Subscriber, jobs: int | None, stop: threading.Event) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from .record import load
 
-    outputs = [path for path in (args.html, args.json, args.csv, args.wsc, args.png) if path]
+    outputs = [path for path in (args.html, args.json, args.pftrace, args.csv, args.wsc, args.png)
+               if path]
     for path in outputs:
         check_output_path(path)  # before the (possibly long) load
     timeline = load(args.file)
@@ -395,7 +400,9 @@ def parser() -> argparse.ArgumentParser:
     listen = sub.add_parser("listen", help="collect the streams of many workers")
     listen.add_argument("--bind", default="tcp://127.0.0.1:0",
                         help="address to listen on (default: a free loopback port)")
-    listen.add_argument("-o", "--output", help="write the merged timeline here at the end")
+    listen.add_argument("-o", "--output", help="a .wsc: record every frame there as it "
+                        "arrives (readable even if this is killed); another format: write "
+                        "the merged timeline there at the end")
     listen.add_argument("--key-file", help="keep the driver's key here (made 0600 on first "
                         "use): listen again with it and the endpoint stays the same")
     listen.add_argument("--insecure", action="store_true", help="tcp:// in plain text, no key: "
@@ -408,9 +415,13 @@ def parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="show a saved timeline, or convert it",
                          description="With no output flag: a Gantt per worker and summary tables "
                                      "in the terminal.")
-    rep.add_argument("file", help="a .wsc timeline (from run, listen, demo or Timeline.save)")
+    rep.add_argument("file", help="a .wsc timeline or record (from run, listen, demo, "
+                     "Timeline.save or Subscriber(record=))")
     rep.add_argument("--html", help="write a self-contained HTML report")
-    rep.add_argument("--json", help="write a Chrome/Perfetto trace")
+    rep.add_argument("--json", help="write a Chrome trace (chrome://tracing; small traces in "
+                     "Perfetto)")
+    rep.add_argument("--pftrace", help="write Perfetto's protobuf trace: opens at any size in "
+                     "ui.perfetto.dev (needs 'workerscope[trace]')")
     rep.add_argument("--csv", help="write the samples as CSV")
     rep.add_argument("--png", help="write resource plots and the Gantt as one PNG (needs matplotlib)")
     rep.add_argument("--wsc", help="write a copy in the native format")

@@ -340,6 +340,7 @@ def _write_wsc(timeline: Timeline, path: str) -> str:
 Writer = Callable[[Timeline, str], str]
 # extension -> writer; workerscope.export.files adds the views' formats.
 _WRITERS: dict[str, Writer] = {".wsc": _write_wsc}
+_READY: dict[str, Callable[[], object]] = {}
 # name -> view for Timeline's view methods; workerscope.export.files registers them.
 VIEWS: dict[str, Callable[[Timeline], Any]] = {}
 
@@ -355,12 +356,18 @@ def check_output_path(path: str, folder: bool = True) -> str:
     where = os.path.dirname(path) or "."
     if folder and not os.path.isdir(where):
         raise WorkerscopeError(f"cannot write {path!r}: no such folder {where!r}")
+    if ext in _READY:
+        _READY[ext]()
     return ext
 
 
-def register_format(ext: str, writer: Writer) -> None:
-    """Let Timeline.save write files ending in `ext` (".json") with `writer(timeline, path)`."""
+def register_format(ext: str, writer: Writer, ready: Callable[[], object] | None = None) -> None:
+    """Let Timeline.save write files ending in `ext` (".json") with `writer(timeline, path)`.
+    ready: raises a WorkerscopeError if the format cannot be written here (a package it needs
+    is missing): check_output_path calls it, before the work."""
     _WRITERS[ext.lower()] = writer
+    if ready is not None:
+        _READY[ext.lower()] = ready
 
 
 def out_path(template: str, pid: int, job: int) -> str:

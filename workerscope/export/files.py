@@ -48,6 +48,15 @@ for _ext, _writer in ((".json", _json), (".pftrace", _pftrace), (".html", _html)
     register_format(_ext, _writer)
 
 
+def _pftrace_ready() -> None:
+    from .pftrace import trace_protos
+
+    trace_protos()  # the perfetto package is there, or the error that says how to get it
+
+
+register_format(".pftrace", _pftrace, _pftrace_ready)
+
+
 def _repr_html(timeline: Timeline) -> str:
     from .notebook import inline_html
 
