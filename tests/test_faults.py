@@ -123,7 +123,8 @@ def _raw_dealer(endpoint):
 
 
 def test_subscriber_survives_bad_frames_and_counts_gaps(clean_env):
-    """Garbage is counted and skipped; a seq gap of 3 is counted as 3 frames lost."""
+    """Garbage is counted and skipped, a malformed sample skipped and noted; a seq gap of 3
+    is counted as 3 frames lost."""
     with Subscriber() as sub:
         ctx, sock = _raw_dealer(sub.endpoint)
         try:
@@ -140,10 +141,13 @@ def test_subscriber_survives_bad_frames_and_counts_gaps(clean_env):
         finally:
             sock.close()
             ctx.term()
-        assert sub.bad_frames == 2 and "malformed sample" in (sub.last_error or "")
+        # The garbage at once; the sample's body when a timeline is built from the record
+        # (the driver reads sample bodies only when someone needs them).
+        assert sub.bad_frames == 1
         assert sub.lost == {"w1": 3}
         t = sub.timeline()
         assert [j.name for j in t.jobs] == ["j"] and t.workers["w1"].lost == 3
+        assert "1 malformed frame(s) of this worker in the record were skipped" in t.workers["w1"].notes
 
 
 def test_ipc_endpoint_is_private(clean_env):

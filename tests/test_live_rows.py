@@ -61,6 +61,6 @@ def test_an_ended_worker_shows_no_cpu(clean_env, samples):
     launcher.close_all(wait=True)
     assert sub.wait(byes=1, timeout=20)
     (ended,) = sub.live()
-    assert ended["status"] == "exited" and "cpu_percent" in _last_tree(sub)
+    assert ended["status"] == "exited"
     assert ended["cpu_percent"] is None and ended["gpu_util_percent"] is None
     assert ended["rss_bytes"] is not None
