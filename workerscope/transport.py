@@ -58,17 +58,32 @@ def dealer(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, send_hwm: int = S
     return sock
 
 
+# Connection events that tell whether a driver listens: a handshake done, or a connection
+# that failed (refused, closed, or its handshake refused).
+_HEARD = zmq.EVENT_HANDSHAKE_SUCCEEDED
+_FAILED = (zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+           | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+
+
 class Outbox:
+    """A worker's or sidecar's way to the driver: frames queued without blocking, and at the
+    end a wait for the driver's acknowledgement of the bye. Whether a driver listens at all
+    is told by the connection's own events: a wait for an ack from nobody is skipped."""
+
     def __init__(self, endpoint: str, send_hwm: int = SEND_HWM) -> None:
         self.endpoint = endpoint
         # A fresh context in this process: a zmq context must never cross a fork.
         self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         try:
             self._sock = dealer(self._ctx, endpoint, send_hwm)
+            self._events = self._sock.get_monitor_socket(_HEARD | _FAILED)
         except zmq.ZMQError:
             # A bad endpoint must not leave the socket and the context's descriptors behind.
             self._ctx.destroy(linger=0)
             raise
+        self.heard = False  # a driver completed a handshake
+        self._failed = False  # a connection failed before any handshake was done
+        self.bye_wait = ""  # how wait_ack ended: acknowledged | timed out | nobody listened
         self.sent = 0
         self.dropped = 0
         self.too_big = 0  # of those dropped, frames over MAX_FRAME_BYTES
@@ -117,20 +132,47 @@ class Outbox:
             except ProtocolError:
                 continue  # not from a driver we understand: nothing to answer
 
+    @property
+    def nobody_listened(self) -> bool:
+        """No driver has completed a handshake, and a connection to the endpoint failed."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        while True:
+            try:
+                event = recv_monitor_message(self._events, zmq.NOBLOCK)["event"]
+            except zmq.Again:
+                break
+            if event == _HEARD:
+                self.heard, self._failed = True, False
+            elif not self.heard:
+                self._failed = True
+        return self._failed and not self.heard
+
     def wait_ack(self, seq: int, timeout: float,
                  on_other: Callable[[list[protocol.Frame]], None] | None = None) -> bool:
-        """Wait for the driver to acknowledge frame `seq` (the bye). False on timeout.
-        Anything else the driver sends meanwhile (a ping) goes to on_other."""
+        """Wait for the driver to acknowledge frame `seq` (the bye). False on timeout, or at
+        once when nobody listened (`bye_wait` says which). Anything else the driver sends
+        meanwhile (a ping) goes to on_other."""
         deadline = time.monotonic() + timeout
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._events, zmq.POLLIN)
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self._sock.poll(int(left * 1000) + 1, zmq.POLLIN):
+            if self.nobody_listened:
+                self.bye_wait = "nobody listened"
                 return False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.bye_wait = "timed out"
+                return False
+            if self._sock not in dict(poller.poll(int(left * 1000) + 1)):
+                continue  # an event, or the time is up: looked at above
             try:
                 frame = protocol.decode_frame(self._sock.recv(zmq.NOBLOCK))
             except (zmq.Again, ProtocolError):
                 continue  # not an ack we can read; keep waiting for the real one
             if frame.kind == protocol.ACK and frame.body.get("seq") == seq:
+                self.bye_wait = "acknowledged"
                 return True
             if on_other is not None:
                 on_other([frame])
@@ -138,5 +180,7 @@ class Outbox:
     def close(self) -> None:
         # Called after the bye was acknowledged (nothing left to deliver) or after bye_timeout
         # went by without an answer: the driver had that long to drain the queue.
+        self._sock.disable_monitor()
+        self._events.close(linger=0)
         self._sock.close(linger=0)
         self._ctx.term()

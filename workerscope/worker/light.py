@@ -138,39 +138,19 @@ class _Sender:
     (under a lock: a ZeroMQ socket must never be used by two threads at once)."""
 
     def __init__(self, config: Config) -> None:
-        import zmq  # only for those who asked for an endpoint
-
-        from ..transport import Outbox
+        from ..transport import Outbox  # pyzmq: only for those who asked for an endpoint
 
         self.config = config
         self.worker, self.hello = _hello(config)
         self.lock = threading.Lock()
         self.outbox = Outbox(config.endpoint or "")
-        # The driver says nothing to a light worker before its bye: whether one listens is
-        # told by the connection's own events (a handshake done, or a connection refused).
-        self.heard_event = zmq.EVENT_HANDSHAKE_SUCCEEDED
-        failed = (zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-                  | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-        self.events = self.outbox.socket.get_monitor_socket(self.heard_event | failed)
-        self.heard = False  # a driver completed a handshake
-        self.refused = False  # a connection failed, and none has succeeded
-        self.bye_wait = ""  # how the wait for the bye's acknowledgement ended
         self.seq = -1
         self.send(protocol.HELLO, self.hello)
 
-    def _read_events(self) -> None:
-        import zmq
-        from zmq.utils.monitor import recv_monitor_message
-
-        while True:
-            try:
-                event = recv_monitor_message(self.events, zmq.NOBLOCK)["event"]
-            except zmq.Again:
-                return
-            if event == self.heard_event:
-                self.heard, self.refused = True, False
-            elif not self.heard:
-                self.refused = True
+    @property
+    def bye_wait(self) -> str:
+        """How the wait for the bye's acknowledgement ended (transport.Outbox.bye_wait)."""
+        return self.outbox.bye_wait
 
     def send(self, kind: str, body: dict[str, Any]) -> None:
         with self.lock:
@@ -182,35 +162,15 @@ class _Sender:
                                  "dropped": self.outbox.dropped})
         with self.lock:
             try:
-                self.bye_wait = self._wait_bye(min(self.config.bye_timeout, EXIT_WAIT))
+                # The driver says nothing to a light worker before its bye: the wait is
+                # skipped when no driver was ever heard from and a connection failed.
+                self.outbox.wait_ack(self.seq, min(self.config.bye_timeout, EXIT_WAIT))
             finally:
-                self.outbox.socket.disable_monitor()
-                self.events.close(linger=0)
                 self.outbox.close()
         if self.bye_wait == "nobody listened":
             log.warning("workerscope: nobody listened on %s: the light-mode stats of this "
                         "process (%d frame(s)) were not delivered",
                         public_endpoint(self.config.endpoint or ""), self.seq + 1)
-
-    def _wait_bye(self, limit: float) -> str:
-        """Wait for the driver's acknowledgement of the bye, unless no driver was ever heard
-        from and a connection to the endpoint has failed: then nobody is there to answer."""
-        import zmq
-
-        deadline = time.monotonic() + limit
-        poller = zmq.Poller()
-        poller.register(self.outbox.socket, zmq.POLLIN)
-        poller.register(self.events, zmq.POLLIN)
-        while True:
-            self._read_events()
-            if self.refused and not self.heard:
-                return "nobody listened"
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return "timed out"
-            ready = dict(poller.poll(int(left * 1000) + 1))
-            if self.outbox.socket in ready and self.outbox.wait_ack(self.seq, 0.001):
-                return "acknowledged"
 
 
 _senders: dict[tuple[str | None, str | None], _Sender | None] = {}
