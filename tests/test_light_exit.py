@@ -49,3 +49,31 @@ def test_a_listening_driver_still_gets_the_bye(clean_env, caplog):
         assert sender.bye_wait == "acknowledged"
         assert sub.wait(byes=1, timeout=10)
     assert not [r for r in caplog.records if "nobody listened" in r.getMessage()]
+
+
+def test_a_heavy_worker_s_sidecar_says_nobody_listened_and_does_not_wait(clean_env, tmp_path):
+    """A heavy job's sidecar whose endpoint nobody listens on says so once at its bye, on the
+    worker's stderr, and skips the wait for an acknowledgement (bye_timeout 30 s here)."""
+    import subprocess
+
+    from helpers import python_script
+
+    endpoint = f"tcp://127.0.0.1:{closed_port()}"
+    script = python_script(f"""
+        from workerscope import profiled
+        from workerscope.worker import link
+        assert profiled(sum, mode="heavy", interval=0.05, endpoint={endpoint!r})([1, 2]) == 3
+        link.close_all(wait=True)
+        print("done", flush=True)
+    """)
+    env = {**clean_env_vars(), "WORKERSCOPE_BYE_TIMEOUT": "30"}
+    r = subprocess.run(script, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr
+    said = [line for line in r.stderr.splitlines() if "nobody listened" in line]
+    assert len(said) == 1 and "127.0.0.1" in said[0], r.stderr
+
+
+def clean_env_vars():
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("WORKERSCOPE_")}

@@ -548,6 +548,10 @@ class Sidecar:
         body["sent"] = self.outbox.sent + 1
         body["dropped"] = self.outbox.dropped
         self.emit(protocol.BYE, body, jobs=[])
+        # Skipped at once when no driver was ever heard from and a connection failed.
         self.outbox.wait_ack(self.seq, self.config.bye_timeout, on_other=self.on_driver)
         self.outbox.close()
+        if self.outbox.bye_wait == "nobody listened":
+            log.warning("nobody listened on %s: this worker's %d frame(s) were not delivered",
+                        public_endpoint(self.outbox.endpoint), self.seq + 1)
         return 0
