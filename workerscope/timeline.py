@@ -179,8 +179,9 @@ class Timeline:
 
     # -- files -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> str:
-        """Write by extension: .wsc (native msgpack), .json (Chrome/Perfetto trace), .html
-        (self-contained report), .csv (samples) or .png (plots). Returns the path.
+        """Write by extension: .wsc (native msgpack), .pftrace (Perfetto's protobuf trace),
+        .json (Chrome trace), .html (self-contained report), .csv (samples) or .png (plots).
+        Returns the path.
 
         The formats other than .wsc live in workerscope.export, which registers them here
         (this module imports no exporter)."""

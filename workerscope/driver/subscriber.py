@@ -396,7 +396,8 @@ class Subscriber(FrameReceiver):
 
     def live(self) -> list[dict[str, object]]:
         """One row per worker for a live view: host, pid, status, current job and last span,
-        CPU, RSS, GPU use, frames lost, and whether its running job is a straggler (by
+        CPU and GPU use (None unless it is running), RSS, frames lost, failed jobs
+        (`failed_jobs`), and whether its running job is a straggler (by
         `workerscope.timeline.is_straggler` against the jobs done so far)."""
         states = self.states()
         with self._cond:
