@@ -42,7 +42,7 @@ def gantt(t: Timeline, width: int = 80, color: bool = False) -> str:
             cpu_by_worker.setdefault(smp.worker, []).append((smp.t_ns, smp.values["cpu_percent"]))
     peak_cpu = max((v for rows in cpu_by_worker.values() for _, v in rows), default=0.0)
     scale = max(100.0, peak_cpu)
-    cpu_label = f"  cpu (max {fmt_percent(scale)})"
+    cpu_label = f"  cpu (█ = {fmt_percent(scale)})"  # what a full block stands for
     label_w = min(28, max([len(short_worker(w)) + 9 for w in t.workers] + [len(cpu_label)]))
     cols = max(width - label_w - 3, 10)
     span_ns = max(end - start, 1)
