@@ -98,7 +98,8 @@ def test_a_daemon_in_the_jobs_session_is_followed(clean_env, tmp_path):
         r = subprocess.run([sys.executable, "-m", "workerscope", "run", "--interval", "0.1", "-o",
                             str(out), "--", sys.executable, "-c", DOUBLE_FORK, str(pid_file), "-",
                             str(end), "-", burn_code(0.4), "0"],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=120,
+                           process_group=0)  # as a shell with job control starts it
         daemon = read_pid(pid_file)
         assert r.returncode == 0, r.stderr
         assert daemon is not None
@@ -206,3 +207,29 @@ def test_a_process_that_left_before_any_walk_is_followed_and_said_once(tmp_path)
         assert tree.take_notes() == [] and daemon in tree.members
     finally:
         stop_job(tree, job, daemon, tmp_path)
+
+
+def test_a_stranger_in_a_shared_session_is_not_taken(tmp_path):
+    """A daemon that never was in the tree, reparented to init, in the same process group and
+    session as the job only because they share them with everything else started from here
+    (a shell without job control, a CI runner): not the job's, not adopted. It once made the
+    CPU of unrelated daemons count in a job's tree."""
+    root = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    pid_file = tmp_path / "pid"
+    stranger = subprocess.Popen(python_script(DOUBLE_FORK) + [
+        str(pid_file), "-", str(tmp_path / "end"), "-", burn_code(0.0), "0"])
+    daemon = None
+    tree = ProcessTree(root.pid)
+    try:
+        wait_until(lambda: read_pid(pid_file) is not None, "the stranger's daemon")
+        daemon = read_pid(pid_file)
+        stranger.wait()
+        assert os.getpgid(daemon) == os.getpgid(root.pid)
+        new, _ = tree.discover(full=True)
+        assert daemon not in tree.members and daemon not in {pid for pid, _, _ in new}
+        assert tree.take_notes() == []
+    finally:
+        tree.close()
+        root.kill()
+        root.wait()
+        end_daemon(daemon, tmp_path / "end")

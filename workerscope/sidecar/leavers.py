@@ -13,6 +13,12 @@ compared with the tree root's:
 Otherwise (a daemon that called setsid(), say) it has left the job and is no longer counted.
 Either way the timeline's notes say so, once, with its pid and name.
 
+A process never seen in the tree is held to more: its process group or session counts only
+when the job leads it (the root, a member, or the sampler itself: `run`'s command shares run's
+group). A group or session led from outside (a shell without job control, a CI runner, a
+login session) is shared with whatever else was started there: a stranger's daemon once
+counted in a job's tree that way.
+
 A member that leaves is noticed in the tree's discovery: it is no longer reached from the root
 but is alive, and its parent is no longer a member. A process that left before any sample saw
 it is found among the new children of the reapers (init, and any subreaper seen taking a
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 
 from .. import procfs
 
@@ -42,6 +49,7 @@ class Belonging:
     where each says something (see the module's docstring)."""
 
     def __init__(self, root: int, root_stat: bytes) -> None:
+        self.root = root
         _, pgid, sid, self.start = stat_ids(root_stat)
         self.pgid = pgid if pgid > 1 else None
         self.sid = sid if sid > 1 else None
@@ -58,6 +66,12 @@ class Belonging:
         if self.cgroup is not None and procfs.read_memory_cgroup(pid) == self.cgroup:
             return "same cgroup as the job"
         return None
+
+    def why_unseen(self, pid: int, pgid: int, sid: int, members: Iterable[int]) -> str | None:
+        """Why pid, never seen in the tree, is the job's: as why(), but a process group or
+        session only when the job leads it."""
+        leaders = {self.root, os.getpid(), *members}
+        return self.why(pid, pgid if pgid in leaders else -1, sid if sid in leaders else -1)
 
 
 class Reapers:

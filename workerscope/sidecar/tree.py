@@ -435,8 +435,8 @@ class ProcessTree:
     def _adopt(self, kids: set[int], seen: set[int],
                stats: dict[int, bytes] | None = None) -> list[tuple[int, int]]:
         """(pid, reaper) of the reapers' new children that left the tree before a sample saw
-        them and are the job's: started after the root, in its process group, session or
-        cgroup. Each said once in the notes."""
+        them and are the job's: started after the root, in a process group or session the job
+        leads, or in its own cgroup. Each said once in the notes."""
         assert self._reapers is not None
         fresh = self._reapers.fresh(kids) - seen - self.exclude - self.members.keys()
         job = self._belonging() if fresh else None
@@ -449,7 +449,7 @@ class ProcessTree:
                 ppid, pgid, sid, start = leavers.stat_ids(data)
             except (OSError, KeyError, ValueError):
                 continue  # gone meanwhile
-            why = job.why(pid, pgid, sid) if start >= job.start else None
+            why = job.why_unseen(pid, pgid, sid, self.members) if start >= job.start else None
             if why is None:
                 continue  # not ours: another job's, or older than the tree
             name = data[data.index(b"(") + 1:data.rindex(b")")].decode(errors="replace")
