@@ -235,8 +235,9 @@ class RecordWriter:
             try:
                 os.ftruncate(self._fd, self.bytes)
                 os.lseek(self._fd, self.bytes, os.SEEK_SET)
-            except OSError:
-                pass  # the file is as it is; a reader stops at the torn entry
+            except OSError as cut:  # the file is as it is; a reader stops at the torn entry
+                log.warning("could not cut the record %r back to its last whole entry (%s): "
+                            "a reader stops there", self.path, cut.strerror or cut)
             first = self.failed == 0 and self.last_error is None
             self.last_error = f"writing the record {self.path!r}: {err.strerror or err}"
             if first:

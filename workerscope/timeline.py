@@ -13,7 +13,7 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import protocol
 from .errors import ProtocolError, WorkerscopeError
@@ -320,13 +320,17 @@ def is_straggler(value: float, peers: Sequence[float], factor: float = STRAGGLER
     return median > 0 and value > factor * median
 
 
-def write_atomic(path: str, data: bytes) -> str:
+def write_atomic(path: str, data: bytes | Callable[[BinaryIO], object]) -> str:
     """Write through a temporary file and a rename: a reader never sees half a file, and a
-    failed write leaves any earlier file whole."""
+    failed write leaves any earlier file whole. data: the bytes, or a function that writes
+    them to the open file as they are made (a large trace, streamed)."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                data(f)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -22,6 +22,7 @@ memory stay each worker's live state and bounded queues, whatever the run's leng
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import tempfile
@@ -406,7 +407,11 @@ class Subscriber(FrameReceiver):
 
 
 def _remove(path: str) -> None:
+    """Remove a temporary record (when its Subscriber is collected, or at exit)."""
     try:
         os.unlink(path)
-    except OSError:
-        pass  # removed already
+    except FileNotFoundError:
+        return  # removed already
+    except OSError as err:
+        logging.getLogger("workerscope.driver").warning(
+            "could not remove the temporary record %s: %s", path, err.strerror or err)

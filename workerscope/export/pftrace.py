@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from ..errors import WorkerscopeError
-from ..timeline import Job, Mark, Span, Timeline
+from ..timeline import Job, Mark, Span, Timeline, write_atomic
 from .attribution import NOT_FAILED
 from .chrome import span_args, split_nested
 from .counters import CounterGroup, counter_groups, counter_name, group_values
@@ -175,17 +174,12 @@ def write_pftrace(t: Timeline, path: str) -> str:
     """Write `t` as a Perfetto protobuf trace at `path` (through a temporary file and a rename).
     Needs the perfetto package; without it, a WorkerscopeError says how to install it."""
     pb = trace_protos()
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            w = _Writer(f, pb)
-            _write(t, w)
-            w.flush()
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    def stream(f: BinaryIO) -> None:
+        w = _Writer(f, pb)
+        _write(t, w)
+        w.flush()
+
+    return write_atomic(path, stream)
 
 
 def _write(t: Timeline, w: _Writer) -> None:
