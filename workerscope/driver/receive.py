@@ -176,8 +176,10 @@ class FrameReceiver:
         read by on_frame, frames() and the live view (which takes a worker's sample
         LIVE_EVERY s at most); the rest of them go to the record as they came, and are
         checked whole when a timeline is built from it."""
+        if self.on_frame is not None or self._fanout.active:
+            return protocol.decode_frame(data, self.max_frame_bytes)  # every body is read
         frame = protocol.peek_frame(data, self.max_frame_bytes)
-        if frame.kind != protocol.SAMPLE or self.on_frame is not None or self._fanout.active:
+        if frame.kind != protocol.SAMPLE:
             return protocol.decode_frame(data, self.max_frame_bytes)
         now = time.monotonic()
         if now - self._live_read.get(frame.worker, -LIVE_EVERY) >= LIVE_EVERY:
