@@ -14,8 +14,12 @@ of this process (time.process_time: user + system, so the kernel's work on /proc
                         the tree's pids, known in advance; no discovery, no parsing
   steady tick           workerscope's sampler between its slow ticks, walking the tree each
                         time: ProcessTree.discover() then read(now), the tree kept across
-                        samples, its files held open and re-read with pread (stat, io, children)
+                        samples, its files held open and re-read with pread (stat, io, children),
+                        every member read as if it had run since the last tick
   ... cheap discovery   the same as the sidecar runs it: discover(cheap=True), see below
+  ... quiet members     the sidecar's regular tick on this sleeping tree: a single-threaded
+                        member that has not run since its last reading (its schedstat is the
+                        same) costs one small pread, its stat and io are not read again
   slow tick             the same with every tier read (read(full=True)): status (VmHWM,
                         context switches), the fd count and the thread lists, as once a
                         second and at each job's edges
@@ -124,8 +128,9 @@ def raw_floor(pids: list[int]) -> Callable[[], None]:
 
 
 def tree_tick(tree: ProcessTree, full: bool = False, uss: bool = False,
-              cheap: bool = False) -> Callable[[], None]:
+              cheap: bool = False, quiet: bool = False) -> Callable[[], None]:
     def sample() -> None:
+        tree.skip_quiet = quiet
         if uss:
             tree._uss_t = None  # due now
         tree.discover(cheap=cheap)
@@ -177,6 +182,7 @@ def main() -> int:
     print("-" * 81)
     floor_pts: list[tuple[int, float]] = []
     tick_pts: list[tuple[int, float]] = []
+    quiet_pts: list[tuple[int, float]] = []
     try:
         for size in SIZES:
             samples = SAMPLES if size < 256 else 50
@@ -191,7 +197,9 @@ def main() -> int:
                 cases = [
                     ("raw open/read/close: stat, statm, io (floor)", raw_floor(t.pids)),
                     ("steady tick: discover + read (pread)", tree_tick(tree)),
-                    ("  the same, cheap discovery (the sidecar's)", tree_tick(tree, cheap=True)),
+                    ("  the same, cheap discovery", tree_tick(tree, cheap=True)),
+                    ("  the same, quiet members (the sidecar's)",
+                     tree_tick(tree, cheap=True, quiet=True)),
                     ("slow tick: + status, fds, threads", tree_tick(tree, full=True)),
                     ("USS tick: + smaps_rollup", tree_tick(tree, full=True, uss=True)),
                     ("naive psutil (psrecord-style)", naive_psutil(root)),
@@ -205,6 +213,8 @@ def main() -> int:
                         floor_pts.append((size, us))
                     elif label.startswith("steady"):
                         tick_pts.append((size, us))
+                    elif "quiet" in label:
+                        quiet_pts.append((size, us))
                 tree.close()
             print()
     finally:
@@ -213,6 +223,7 @@ def main() -> int:
             print(f"LEFT BEHIND: {[p.pid for p in left]}", file=sys.stderr)
     fa, fb = fit(floor_pts)
     ta, tb = fit(tick_pts)
+    qa, qb = fit(quiet_pts)
     host = HostSampler()
     host_us = cpu_us_per_sample(host.read, 2000)
     host.read(time.monotonic_ns())
@@ -223,6 +234,8 @@ def main() -> int:
     print(f"  floor (open/read/close stat+statm+io)  b = {fb:6.2f} us/proc   (a = {fa:6.1f} us)")
     print(f"  steady tick (pread, discovery incl.)    b = {tb:6.2f} us/proc   (a = {ta:6.1f} us)"
           f"   {tb / fb:.2f}x the floor (target <= 1.0x)")
+    print(f"  the same, members quiet (the sidecar's) b = {qb:6.2f} us/proc   (a = {qa:6.1f} us)"
+          f"   {qb / fb:.2f}x the floor")
     print(f"Host sampler tick (HostSampler.read(), {os.cpu_count()} cores): {host_us:.1f} us "
           f"(target <= 150 us); between its once-a-second reads (CPU and memory only): "
           f"{host_tick_us:.1f} us")

@@ -305,3 +305,100 @@ def test_cheap_discovery_still_sees_a_new_child_and_an_exit():
         assert kid.pid in gone and kid.pid not in tree.members
     finally:
         tree.close()
+
+
+# A single-threaded worker that blocks on stdin; each line wakes it to write that many bytes
+# to a file and add that many MiB to its heap, then it says "done" and blocks again.
+WAKER = """
+import os, sys
+held = []
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)
+print("ready", flush=True)
+for line in sys.stdin:
+    n = int(line)
+    os.write(fd, b"x" * n)
+    held.append(bytearray(n << 20))
+    for i in range(0, len(held[-1]), 4096):
+        held[-1][i] = 1
+    print("done", flush=True)
+"""
+
+
+def test_a_quiet_member_is_not_reread_until_it_runs(tmp_path, monkeypatch):
+    """Between slow tiers, a single-threaded member that has not run since its last reading
+    (schedstat unchanged) costs one small pread, not stat and io; its values carry over. The
+    tick after it wakes and works reads it whole: the bytes it wrote and the memory it took
+    are there at once, not a second later."""
+    proc = subprocess.Popen([sys.executable, "-c", WAKER, str(tmp_path / "out")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    tree = ProcessTree(proc.pid, slow_every_ns=HOUR, uss_every_ns=HOUR,
+                       all_threads_of=proc.pid)
+
+    def tick():
+        now = time.monotonic_ns()
+        _, procs = tree.read(now)
+        return dict(procs)[proc.pid], {tid: v for _, tid, v, *_ in tree.read_threads(now)}
+
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        tree.discover()
+        tick()  # holds schedstat from here on
+        full, full_thread = tick()  # read whole, its schedstat kept
+        m = tree.members[proc.pid]
+        stat_fd, io_fd = m.stat_fd, m.io_fd
+        thread_fd = tree.threads[(proc.pid, proc.pid)].fd
+        reads = []
+        real = os.pread
+        monkeypatch.setattr(os, "pread", lambda fd, *a: (reads.append(fd), real(fd, *a))[1])
+        quiet = [tick() for _ in range(3)]
+        assert stat_fd not in reads and io_fd not in reads and thread_fd not in reads
+        assert m.sched_fd in reads
+        for _, threads in quiet:
+            assert threads[proc.pid]["cpu_user_s"] == full_thread[proc.pid]["cpu_user_s"]
+        quiet = [values for values, _ in quiet]
+        for values in quiet:
+            for key in ("cpu_user_s", "cpu_system_s", "rss_bytes", "write_chars", "read_bytes",
+                        "num_threads", "peak_rss_bytes"):
+                assert values[key] == full[key], key
+        reads.clear()
+        proc.stdin.write("64\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "done"
+        woke, _ = tick()
+        monkeypatch.undo()
+        assert stat_fd in reads and io_fd in reads and thread_fd in reads
+        assert woke["write_chars"] - quiet[-1]["write_chars"] >= 64
+        assert woke["rss_bytes"] - quiet[-1]["rss_bytes"] >= 60 << 20
+        assert woke["peak_rss_bytes"] >= woke["rss_bytes"]
+    finally:
+        tree.close()
+        proc.stdin.close()
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_a_member_with_threads_is_read_every_tick(monkeypatch):
+    """schedstat is one thread's: a process with more threads is read whole each tick."""
+    code = ("import threading, sys; threading.Thread(target=sys.stdin.read, daemon=True).start();"
+            " print('ready', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    tree = ProcessTree(proc.pid, slow_every_ns=HOUR, uss_every_ns=HOUR)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        tree.discover()
+        for _ in range(2):
+            tree.read(time.monotonic_ns())
+        m = tree.members[proc.pid]
+        assert m.nthreads == 2
+        reads = []
+        real = os.pread
+        monkeypatch.setattr(os, "pread", lambda fd, *a: (reads.append(fd), real(fd, *a))[1])
+        tree.read(time.monotonic_ns())
+        monkeypatch.undo()
+        assert m.stat_fd in reads and m.io_fd in reads
+    finally:
+        tree.close()
+        proc.stdin.close()
+        proc.wait()
+        proc.stdout.close()

@@ -4,7 +4,6 @@ rename; Timeline._repr_html_ and Timeline.to_pandas are registered here the same
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -12,6 +11,8 @@ from ..timeline import VIEWS, Timeline, register_format, write_atomic
 
 
 def _json(timeline: Timeline, path: str) -> str:
+    import json
+
     from .chrome import to_chrome
 
     # default=repr: span attrs may hold anything (bytes, numpy values); never fail on them.

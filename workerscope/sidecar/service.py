@@ -107,6 +107,7 @@ class Sidecar:
         self.last_sample_edge = False
         self.last_sample_cost_ns = 0
         self.last_sample_cpu_ns: int | None = None
+        self.next_net_look = 0  # when to look again whether the target has a network namespace
         self.cost: SelfCost | None = None  # the sidecar's own cost, sent with each sample
         # Test hook: pretend this host's wall clock is off by this much (and that it is
         # another host), to check the driver's clock-offset estimate. Never set in production.
@@ -146,9 +147,11 @@ class Sidecar:
             self.tree.renamed = []
         threads = self.tree.read_threads(now)
         self.watch.tick(tree, procs)
-        if self.net_scope == "host":
+        if self.net_scope == "host" and (new or edge or now >= self.next_net_look):
             # The target may enter a network namespace of its own after the hello (`unshare
-            # -n CMD` does as it starts, and `run` says hello at once): look again each sample.
+            # -n CMD` does as it starts, and `run` says hello at once): look again when the
+            # tree changed (an exec renames), at job edges, and once a second (~50 us a look).
+            self.next_net_look = now + 1_000_000_000
             self.find_net_scope()
         if self.net_scope == "namespace":
             tree.update(read_net_dev(self.target) or {})

@@ -8,12 +8,15 @@ fails (ESRCH), even if its pid is reused, and a reused pid is a new member with 
 
 Reads are tiered by how fast their values move and what they cost:
 - every tick: stat (CPU times, RSS, threads) and io, and the children files (discovery);
+  except a single-threaded member that has not run since they were last read (its schedstat
+  unchanged), whose values carry over: one small pread instead of two;
 - at most once a second (`slow_every_ns`), at job edges (`read(full=True)`) and when a member
   is first seen: status (VmHWM, context switches), the fd count and the thread list. VmHWM is a
   high-water mark, so reading it less often loses no peak;
 - rarely (`uss_every_ns`): smaps_rollup (USS/PSS), ~12-150 us a process.
-Watched threads (those that run a job or a span) have their own stat read every tick, so a
-span's CPU can be its thread's and not the whole process's (see export/attribution.py).
+Watched threads (those that run a job or a span) have their own stat read every tick (but the
+only thread of a member skipped as above), so a span's CPU can be its thread's and not the
+whole process's (see export/attribution.py).
 
 Children are found in /proc/PID/task/TID/children of the members we already know; where the
 kernel lacks that file (no CONFIG_PROC_CHILDREN) a scan of /proc/*/stat finds them instead.
@@ -112,8 +115,9 @@ class Member:
     # A plain class, not a dataclass: making these three classes took ~4 ms of the sidecar's
     # start-up, which `workerscope run` pays once per command (issue 11).
     __slots__ = ("children", "comm", "cpu_system", "cpu_user", "ctx", "followed", "fresh", "hwm", "io",
-                 "io_fd", "name", "nthreads", "own_cpu", "ppid", "rss", "smaps_fd", "start",
-                 "stat_fd", "status_fd", "t", "threads_seen", "uss", "zombie")
+                 "io_fd", "mapped", "name", "nthreads", "own_cpu", "ppid", "quiet", "ran", "rss",
+                 "sched_fd", "smaps_fd", "start", "stat_fd", "status_fd", "t", "threads_seen",
+                 "tick", "uss", "zombie")
 
     def __init__(self, ppid: int, name: str, start: int, stat_fd: int = -1) -> None:
         self.ppid = ppid
@@ -124,6 +128,13 @@ class Member:
         self.io_fd = -1  # -2: unreadable (another user's process); don't ask again
         self.status_fd = -1
         self.smaps_fd = -1
+        # schedstat, held for single-threaded members: while its run time does not move, the
+        # process has not run, and its stat and io are not read again (see read()). -2: never.
+        self.sched_fd = -1
+        self.ran = b""  # schedstat when stat and io were last read (b"": read them next tick)
+        self.tick: dict[str, float] | None = None  # the every-tick values of that reading
+        self.mapped = False  # its memory was still mapped then (vsize > 0)
+        self.quiet = False  # the last read() skipped it: it had not run
         self.children: dict[int, int] = {}  # tid -> fd of its children file
         self.threads_seen = 0  # num_threads when the thread list was last read
         self.nthreads = 0  # num_threads at the last reading
@@ -142,16 +153,18 @@ class Member:
         self.uss: tuple[float, float] | None = None  # (uss, pss) of the last smaps_rollup
 
     def fds(self) -> list[int]:
-        return [self.stat_fd, self.io_fd, self.status_fd, self.smaps_fd, *self.children.values()]
+        return [self.stat_fd, self.io_fd, self.status_fd, self.smaps_fd, self.sched_fd,
+                *self.children.values()]
 
 
 class Thread:
-    __slots__ = ("fd", "own_cpu", "t")
+    __slots__ = ("fd", "own_cpu", "t", "tick")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.own_cpu: float | None = None
         self.t: int | None = None
+        self.tick: dict[str, float] | None = None  # its last CPU times (a quiet process's stay)
 
 
 class ProcessTree:
@@ -180,6 +193,9 @@ class ProcessTree:
         # (None: only threads named through watch_thread).
         self.all_threads_of = all_threads_of
         self.hold = hold  # False once the fd budget is spent and cannot grow: open each time
+        # Between slow tiers, skip the stat and io of a single-threaded member that has not
+        # run since they were last read (its schedstat is the same): see read().
+        self.skip_quiet = True
         self.members: dict[int, Member] = {}
         # CPU and counters of members that left the tree without being reaped into a member's
         # children-times (reparented away, or the root itself gone): kept so totals never fall.
@@ -602,9 +618,59 @@ class ProcessTree:
         vanished = []
         tick, page, min_rate, pread = _TICK, _PAGE, self.min_rate_ns, os.pread
         children_file = _HAVE_CHILDREN_FILE
+        # A member read in full at every tier change; between them, a quiet one is not.
+        quiet_ok = self.skip_quiet and not (slow or uss)
+        values: dict[str, float]
         # The hot loop of the sidecar: one pread of stat and one of io per member, the fields
         # wanted and nothing else (see benchmarks/bench_sampler.py).
         for pid, m in self.members.items():
+            ran = b""
+            if m.nthreads == 1 and m.sched_fd >= 0:
+                # A single-threaded process that has not run since its last reading (its run
+                # time and timeslices in schedstat, the same thread's, have not moved) has
+                # the same CPU times, io counters and threads; its RSS can only fall (reclaim),
+                # which the next slow tier reads. One small pread instead of stat and io.
+                try:
+                    ran = pread(m.sched_fd, 128, 0)
+                except _GONE:
+                    vanished.append(pid)
+                    continue
+                except OSError:
+                    ran = b""
+                # Not a zombie (a leader that exited before its other threads reads so),
+                # and a run time that moves at all (b"0 0 0" where the kernel keeps none).
+                last = m.tick
+                m.quiet = (quiet_ok and ran == m.ran and last is not None and not m.zombie
+                           and not ran.startswith(b"0 "))
+                if m.quiet and last is not None:
+                    values = last.copy()
+                    cu, cs, rss = m.cpu_user, m.cpu_system, m.rss
+                    tree_cpu += cu + cs
+                    tree_user += cu
+                    own = values["cpu_user_s"] + values["cpu_system_s"]
+                    if m.t is not None and now_ns - m.t >= min_rate:
+                        values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - m.t) / 1e9) * 100.0
+                        m.own_cpu, m.t = own, now_ns
+                    io = m.io
+                    if io is None or m.io_fd < -1 or "read_chars" not in values:
+                        io_ok = False
+                    if io is not None:
+                        rc_sum += io[0]
+                        wc_sum += io[1]
+                        rb_sum += io[2]
+                        wb_sum += io[3]
+                    if m.ctx is not None:
+                        ctx_sums[0] += m.ctx[0]
+                        ctx_sums[1] += m.ctx[1]
+                    hwm = m.hwm
+                    if m.mapped:
+                        values["peak_rss_bytes"] = hwm
+                    rss_sum += rss
+                    threads_sum += 1
+                    peak_sum += hwm if hwm > rss else rss
+                    procs.append([pid, values])
+                    continue
+            m.quiet = False
             fd = m.stat_fd
             try:
                 data = pread(fd, _CHUNK, 0) if fd >= 0 else _read_path(f"/proc/{pid}/stat")
@@ -658,13 +724,23 @@ class ProcessTree:
             else:
                 io_ok = False
             if io is not None:
-                values: dict[str, float] = {
+                values = {
                     "cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
                     "num_threads": nthreads, "read_chars": io[0], "write_chars": io[1],
                     "read_bytes": io[2], "write_bytes": io[3]}
             else:
                 values = {"cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
                           "num_threads": nthreads}
+            if nthreads == 1:
+                if m.sched_fd == -1:  # read from the next tick on: this one is done
+                    try:
+                        m.sched_fd = self._hold(f"/proc/{pid}/schedstat")
+                    except OSError:
+                        m.sched_fd = -2  # no schedstat (CONFIG_SCHED_INFO off): read each tick
+                    if m.sched_fd == -1:
+                        m.sched_fd = -2  # the fd budget is spent
+                m.tick = values.copy()
+            m.ran = ran  # read before stat: a run between the two reads the next tick
             io = m.io
             if io is not None:
                 rc_sum += io[0]
@@ -704,7 +780,8 @@ class ProcessTree:
                     uss_sum += m.uss[0]
                     pss_sum += m.uss[1]
             hwm = m.hwm
-            if f[20] != b"0":  # vsize: the memory is still mapped (not a zombie, not dying)
+            m.mapped = f[20] != b"0"
+            if m.mapped:  # vsize: the memory is still mapped (not a zombie, not dying)
                 # VmHWM is at least the RSS now: a peak between two status reads is kept.
                 if rss > hwm:
                     hwm = m.hwm = rss
@@ -830,7 +907,20 @@ class ProcessTree:
         since, self._threads_t = self._threads_t, now_ns
         if since is not None and now_ns - since > 2 * self.interval_ns + 100_000_000:
             since = None  # no sample since the last job's: a thread born meanwhile is not new
+        members = self.members
+        values: dict[str, float]
         for key, th in self.threads.items():
+            m = members.get(key[0])
+            last = th.tick
+            if last is not None and key[0] == key[1] and m is not None and m.quiet:
+                # The only thread of a process that has not run since read() last read it.
+                values = last.copy()
+                own = values["cpu_user_s"] + values["cpu_system_s"]
+                if th.t is not None and now_ns - th.t >= self.min_rate_ns:
+                    values["cpu_percent"] = (own - (th.own_cpu or 0.0)) / ((now_ns - th.t) / 1e9) * 100.0
+                    th.own_cpu, th.t = own, now_ns
+                rows.append([key[0], key[1], values])
+                continue
             try:
                 data = (os.pread(th.fd, _CHUNK, 0) if th.fd >= 0
                         else _read_path(f"/proc/{key[0]}/task/{key[1]}/stat"))
@@ -841,7 +931,8 @@ class ProcessTree:
                 continue
             f = data[data.rindex(b")") + 2:].split()
             user, system = int(f[11]) / tick, int(f[12]) / tick
-            values: dict[str, float] = {"cpu_user_s": user, "cpu_system_s": system}
+            values = {"cpu_user_s": user, "cpu_system_s": system}
+            th.tick = values.copy()
             own = user + system
             if th.own_cpu is None or th.t is None:
                 th.own_cpu, th.t = own, now_ns
