@@ -348,3 +348,20 @@ def test_per_process_breakdown_is_drawn(tmp_path):
         n, ink = drawn(dom, cid)
         assert n > 0 and ink > 0, cid
     assert "others (4 processes)" in page and "cat 17 (g:20)" not in page
+
+
+def test_a_note_many_workers_gave_is_listed_once():
+    """Worker notes: one every worker gave is one item `all 8 workers: ...`, one some gave
+    names how many and which, one only one worker gave stays against that worker."""
+    no_gpu = "gpu: no NVIDIA GPU metrics (NVML Shared Library Not Found)"
+    t = synthetic(workers=8, spans=300)
+    for k, w in enumerate(t.workers.values()):
+        w.notes[:] = [no_gpu] + (["gpu0: power_w not supported"] if k < 2 else [])
+    t.workers["host0:1005"].notes.append("tree: 3 children vanished mid-sample")
+    page = to_html(t)
+    box = re.search(r'<ul class="notes">(.*?)</ul>', page, re.S)
+    assert box, "no worker notes"
+    items = [re.sub(r"<[^>]+>", "", li) for li in re.findall(r"<li[^>]*>(.*?)</li>", box.group(1))]
+    assert items == ["all 8 workers: " + no_gpu,
+                     "2 of 8 workers (host0:1000, host0:1001): gpu0: power_w not supported",
+                     "host0:1005: tree: 3 children vanished mid-sample"], items

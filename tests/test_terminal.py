@@ -140,3 +140,25 @@ def test_report_fits_the_width_it_is_given():
     assert {"total", "p50", "max", "cpu", "grew", "errors", "cut"} <= set(narrow), narrow
     assert "mean" in wide and "mean" not in narrow
     assert any("…" in line for line in functions_table(t, width=80).splitlines())
+
+
+def test_a_note_many_workers_gave_is_said_once():
+    """A note that every worker gave is printed once as `all 8 workers: ...`; one that some
+    gave names how many and which; a note only one worker gave stays against that worker."""
+    no_gpu = "gpu: no NVIDIA GPU metrics (NVML Shared Library Not Found)"
+    t0 = 1_700_000_000 * S
+    t = Timeline()
+    for k in range(8):
+        wid = f"h{k}:{100 + k}:{200 + k}"
+        t.workers[wid] = Worker(wid, host=f"h{k}", pid=100 + k, status="exited",
+                                notes=[no_gpu] + (["gpu0: power_w not supported"] if k < 2 else [])
+                                + (["tree: 3 children vanished mid-sample"] if k == 5 else []))
+        t.jobs.append(Job(wid, 1, "task", t0, t0 + 2 * S, "ok", None, 100 + k, 100 + k))
+        t.spans.append(Span(wid, 1, 1, None, "task", t0, t0 + 2 * S, 100 + k, 100 + k, kind="job"))
+        t.samples.append(Sample(wid, t0 + S, "tree", 100 + k, {"cpu_percent": 50.0}))
+    t.sort()
+    text = report(t, width=100)
+    notes = text[text.index("notes:\n"):].splitlines()[1:]
+    assert notes == ["  all 8 workers: " + no_gpu,
+                     "  2 of 8 workers (h0:100, h1:101): gpu0: power_w not supported",
+                     "  h5:105: tree: 3 children vanished mid-sample"], notes

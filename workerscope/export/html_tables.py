@@ -11,6 +11,7 @@ from ..timeline import Timeline
 from .attribution import DIED
 from .deaths import deaths, figures, headline
 from .overhead import cost_text, costs, summary
+from .terminal import said_once
 from .units import fmt_bytes, fmt_seconds
 
 MAX_ROWS = 300  # rows of the per-function table
@@ -59,14 +60,14 @@ def header(t: Timeline, title: str, data: dict[str, Any], notices: list[str]) ->
         out.append(f"<p class=\"meta\">{esc(cost)} <span class=\"hint\">(its sidecars' own "
                    f"CPU over the time they sampled, their RSS and the CPU of one sample)"
                    f"</span></p>")
-    noted = [(wid, w) for wid, w in sorted(t.workers.items()) if w.notes or w.errors]
-    if noted:
+    # The names come back escaped; the counts around them are our own text.
+    said = said_once(t, lambda wid: f"<code>{esc(wid)}</code>")
+    errors = [(wid, e) for wid, w in sorted(t.workers.items()) for e in w.errors]
+    if said or errors:
         out.append("<details open><summary>Worker notes</summary><ul class=\"notes\">")
-        for wid, w in noted:
-            for n in w.notes:
-                out.append(f"<li><code>{esc(wid)}</code>: {esc(n)}</li>")
-            for e in w.errors:
-                out.append(f"<li class=\"bad\"><code>{esc(wid)}</code>: error: {esc(e)}</li>")
+        out.extend(f"<li>{who}: {esc(n)}</li>" for who, n in said)
+        out.extend(f"<li class=\"bad\"><code>{esc(wid)}</code>: error: {esc(e)}</li>"
+                   for wid, e in errors)
         out.append("</ul></details>")
     if notices:
         out.append("<ul class=\"notices\">")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import re
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from .. import protocol
@@ -23,6 +24,7 @@ from .units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
 LEVELS = " ▁▂▃▄▅▆▇█"
 _VALUE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|ns|µs|ms|s)\b")
 RED, DIM, RESET = "\x1b[31m", "\x1b[2m", "\x1b[0m"
+_NAMED = 3  # workers named beside a note that several gave
 
 
 def gantt(t: Timeline, width: int = 80, color: bool = False) -> str:
@@ -293,11 +295,36 @@ def report(t: Timeline, width: int = 80, color: bool = False) -> str:
     if died:
         parts.append(died)
     parts.append(functions_table(t, width=width))
-    notes = [line for w in t.workers.values() for n in w.notes
-             for line in _wrap([f"{short_worker(w.id)}: {n}"], width, "  ")]
+    notes = [line for who, n in said_once(t, short_worker)
+             for line in _wrap([f"{who}: {n}"], width, "  ")]
     if notes:
         parts.append("notes:\n" + "".join(f"{n}\n" for n in notes))
     return "\n".join(parts)
+
+
+def said_once(t: Timeline, name: Callable[[str], str] = str) -> list[tuple[str, str]]:
+    """Each worker note once, as (who said it, the note), in the order first said.
+
+    Every sidecar on a machine without a GPU says so; with many workers the same line would
+    bury the one that matters. A note said by more than one worker names how many (and the
+    first few); one only one worker said names that worker, as before.
+    """
+    said: dict[str, list[str]] = {}
+    for wid, w in sorted(t.workers.items()):
+        for n in w.notes:
+            who = said.setdefault(n, [])
+            if wid not in who:
+                who.append(wid)
+    total, out = len(t.workers), []
+    for n, who in said.items():
+        if len(who) == 1:
+            out.append((name(who[0]), n))
+        elif len(who) == total:
+            out.append((f"all {total} workers", n))
+        else:
+            first = ", ".join(name(w) for w in who[:_NAMED]) + (", …" if len(who) > _NAMED else "")
+            out.append((f"{len(who)} of {total} workers ({first})", n))
+    return out
 
 
 def frame_line(frame: protocol.Frame) -> str:
