@@ -133,6 +133,9 @@ def test_a_driver_killed_mid_run_leaves_a_record_that_loads(clean_env, tmp_path)
         assert any(s.name.endswith("step") and s.worker == wid for s in t.spans)
     assert sorted(j.name for j in t.jobs) == ["w0", "w1", "w2", "w3"]
     assert all(j.status == "lost" and "record ends" in (j.error or "") for j in t.jobs)
+    # Nothing is known of the workers past the record's end: not "running" for ever.
+    assert {w.status for w in t.workers.values()} == {"lost"}
+    assert all(any("record ends" in n for n in w.notes) for w in t.workers.values())
     assert any(e.tag == FACTS for e in entries), "the driver's facts are in the record"
 
 

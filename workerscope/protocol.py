@@ -57,7 +57,9 @@ class Status(str, enum.Enum):
     """How a worker or a job stands. Workers: running (a job open), idle (alive, no job open:
     its sidecar has not said bye), then exited (closed cleanly), ended (its sidecar ended
     without a job open), killed (it died inside a job), sidecar_lost; a
-    driver adds stale (silent past stale_after) and dead (gone from this host without a bye).
+    driver adds stale (silent past stale_after) and dead (gone from this host without a bye),
+    and a record read back adds lost (running or idle where the record ends without the
+    driver's close: its driver was killed).
     Jobs: running, ok, error, killed (its worker died inside it: the error text says how, by
     which signal or with which exit status), oom_killed (the kernel's OOM killer killed its
     worker; the job's `death` holds the evidence); a driver adds lost (open when its worker

@@ -376,6 +376,13 @@ def _apply(builder: TimelineBuilder, facts: Facts, live: bool) -> Timeline:
         if wid in facts.clocks:
             w.clock_offset_ns, w.clock_error_ns = facts.clocks[wid]
         w.notes = [*w.notes, *(n for n in facts.notes.get(wid, ()) if n not in w.notes)]
+        if not live and facts.closed_wall is None and w.status in (Status.RUNNING, Status.IDLE):
+            # The driver stopped without closing (killed, or still writing the file): what
+            # the worker did after its last frame here is not known.
+            w.status = Status.LOST
+            w.notes.append("the record ends here, without its driver's close (the driver was "
+                           "killed, or is still writing it): nothing is known of this worker "
+                           "after its last frame")
     return t
 
 
