@@ -103,6 +103,18 @@ def test_listen_collects_jobs_then_exits(clean_env, tmp_path):
     assert [j.status for j in t.jobs] == ["ok", "ok"]
 
 
+def test_listen_help_says_what_listen_does():
+    """`listen --help` has a description under its usage line: what it collects, that it
+    prints the endpoint to give the workers, and when it stops."""
+    r = run_cli("listen", "--help")
+    assert r.returncode == 0, r.stderr
+    usage, description, *_ = r.stdout.split("\n\n")
+    assert usage.startswith("usage: workerscope listen"), r.stdout
+    assert not description.startswith("options:"), r.stdout
+    text = " ".join(description.split())
+    assert "endpoint" in text and "--endpoint" in text and "WORKERSCOPE_ENDPOINT" in text, text
+
+
 def test_demo_writes_trace_with_three_or_more_pids(clean_env, tmp_path):
     """`demo` writes .wsc and .json; the JSON holds X spans and C counters for 3+ pids."""
     r = run_cli("demo", "-o", str(tmp_path))

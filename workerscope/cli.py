@@ -397,7 +397,13 @@ def parser() -> argparse.ArgumentParser:
     attach.add_argument("--endpoint", help="also stream to a listening driver at this address")
     attach.add_argument("--node", help="node name recorded with the samples")
     attach.set_defaults(func=cmd_attach)
-    listen = sub.add_parser("listen", help="collect the streams of many workers")
+    listen = sub.add_parser("listen", help="collect the streams of many workers",
+                            description="Receives the frames of many workers' sidecars and "
+                                        "merges them into one timeline. Its first line is "
+                                        "'listening on ENDPOINT': give the workers that endpoint "
+                                        "(run/attach --endpoint, WORKERSCOPE_ENDPOINT, or "
+                                        "profiled(..., endpoint=)). Stops after --jobs jobs have "
+                                        "ended, or on Ctrl-C.")
     listen.add_argument("--bind", default="tcp://127.0.0.1:0",
                         help="address to listen on (default: a free loopback port)")
     listen.add_argument("-o", "--output", help="a .wsc: record every frame there as it "
