@@ -55,6 +55,27 @@ def test_wsc_round_trip(tmp_path):
     assert back == t
 
 
+def test_repr_is_one_short_line_of_counts():
+    """repr(timeline) is one bounded line of counts and its time range, however many records
+    it holds (it printed every record); equality still compares every field."""
+    wall = 1_700_000_000 * 10**9
+    t = build(frames_of_worker("a", "h1", 11, wall, 0) + frames_of_worker("b", "h2", 12, wall, 0))
+    text = repr(t)
+    assert text.startswith("<Timeline: 2 workers, 2 jobs, 2 spans, 0 marks, 6 samples, "), text
+    assert "from 2023-11-14T22:13:20" in text and text.endswith(">"), text
+    big = t.merge(t)
+    for k in range(50_000):
+        big.spans.append(Span("a", 1, 10 + k, 1, "f", wall + k, wall + k + 10**10, 11, 11))
+    text = repr(big)
+    assert "\n" not in text and len(text) < 200, text
+    assert "50,002 spans" in text and "10.00 s" in text, text
+    assert repr(Timeline()) == "<Timeline: 0 workers, 0 jobs, 0 spans, 0 marks, 0 samples, 0 processes>"
+    odd = Timeline(spans=[Span("a", 1, 1, None, "f", -10**20, 0, 1, 1)])  # before year 1
+    assert repr(odd).endswith(f"from {-10**20} ns>"), repr(odd)
+    assert t != big and t == build(frames_of_worker("a", "h1", 11, wall, 0)
+                                   + frames_of_worker("b", "h2", 12, wall, 0))
+
+
 def test_load_refuses_what_it_cannot_read(tmp_path):
     """Garbage, a foreign msgpack file, and .json are refused with WorkerscopeError."""
     (tmp_path / "bad.wsc").write_bytes(b"\xc1\xc1")

@@ -9,6 +9,7 @@ anchor pair in its hello; the worker's spans use the worker's own pair.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -109,7 +110,7 @@ class Sample:
     tid: int | None = None  # the thread, for thread; last, with a default: older .wsc rows load
 
 
-@dataclass
+@dataclass(repr=False)  # its __repr__ counts: the generated one printed every record
 class Timeline:
     workers: dict[str, Worker] = field(default_factory=dict)
     jobs: list[Job] = field(default_factory=list)
@@ -119,6 +120,21 @@ class Timeline:
     # (worker, pid) -> process name; (worker, pid, tid) -> thread name
     processes: dict[tuple[str, int], str] = field(default_factory=dict)
     threads: dict[tuple[str, int, int], str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """One line of counts and the time range, however many records the timeline holds."""
+        counts = (f"{len(self.workers):,} workers, {len(self.jobs):,} jobs, "
+                  f"{len(self.spans):,} spans, {len(self.marks):,} marks, "
+                  f"{len(self.samples):,} samples, {len(self.processes):,} processes")
+        start, end = self.start_ns, self.end_ns
+        if start is None or end is None:
+            return f"<Timeline: {counts}>"
+        try:
+            when = datetime.datetime.fromtimestamp(start // 10**9, tz=datetime.timezone.utc)
+            since = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+        except (OverflowError, ValueError, OSError):  # a repr must not raise, whatever was loaded
+            since = f"{start} ns"
+        return f"<Timeline: {counts}, {(end - start) / 1e9:,.2f} s from {since}>"
 
     # -- building ----------------------------------------------------------------------------
     @classmethod
