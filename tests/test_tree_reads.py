@@ -402,3 +402,55 @@ def test_a_member_with_threads_is_read_every_tick(monkeypatch):
         proc.stdin.close()
         proc.wait()
         proc.stdout.close()
+
+
+def test_a_quiet_member_keeps_its_peak_after_a_job_s_reset(tmp_path):
+    """reset_peaks() (a job's start) zeroes the high-water marks: a member skipped as quiet
+    right after still shows a peak of at least its RSS, as one read whole does."""
+    proc = subprocess.Popen([sys.executable, "-c", WAKER, str(tmp_path / "out")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    tree = ProcessTree(proc.pid, slow_every_ns=HOUR, uss_every_ns=HOUR)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.stdin.write("32\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "done"
+        tree.discover()
+        deadline = time.monotonic() + 30
+        while not tree.members[proc.pid].quiet:  # until it is asleep, and read so
+            assert time.monotonic() < deadline, "the worker never went quiet"
+            tree.read(time.monotonic_ns())
+        tree.reset_peaks()
+        values = dict(tree.read(time.monotonic_ns())[1])[proc.pid]
+        assert tree.members[proc.pid].quiet
+        assert values["peak_rss_bytes"] >= values["rss_bytes"] > 32 << 20
+    finally:
+        tree.close()
+        proc.stdin.close()
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_a_running_member_is_never_skipped(monkeypatch):
+    """schedstat's run time moves only at the scheduler's ticks while a process runs: one
+    seen running (state R) is read whole at the next tick, whatever its schedstat says."""
+    code = "import sys; print('ready', flush=True)\nwhile True: pass"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    tree = ProcessTree(proc.pid, slow_every_ns=HOUR, uss_every_ns=HOUR)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        tree.discover()
+        tree.read(time.monotonic_ns())
+        m = tree.members[proc.pid]
+        for _ in range(200):
+            tree.read(time.monotonic_ns())
+            # The same schedstat as at the last reading (the scheduler's tick has not come).
+            m.ran = os.pread(m.sched_fd, 128, 0) if m.sched_fd >= 0 else m.ran
+            if m.sched_fd >= 0:
+                tree.read(time.monotonic_ns())
+                assert not m.quiet
+    finally:
+        tree.close()
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()

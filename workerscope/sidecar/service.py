@@ -151,7 +151,8 @@ class Sidecar:
             # The target may enter a network namespace of its own after the hello (`unshare
             # -n CMD` does as it starts, and `run` says hello at once): look again when the
             # tree changed (an exec renames), at job edges, and once a second (~50 us a look).
-            self.next_net_look = now + 1_000_000_000
+            # (half an interval early: a tick a hair before the second still looks)
+            self.next_net_look = now + 1_000_000_000 - self.interval_ns // 2
             self.find_net_scope()
         if self.net_scope == "namespace":
             tree.update(read_net_dev(self.target) or {})

@@ -8,8 +8,8 @@ fails (ESRCH), even if its pid is reused, and a reused pid is a new member with 
 
 Reads are tiered by how fast their values move and what they cost:
 - every tick: stat (CPU times, RSS, threads) and io, and the children files (discovery);
-  except a single-threaded member that has not run since they were last read (its schedstat
-  unchanged), whose values carry over: one small pread instead of two;
+  except a single-threaded member asleep then and not run since (its schedstat unchanged),
+  whose values carry over until it runs or the next tier below: one small pread, not two;
 - at most once a second (`slow_every_ns`), at job edges (`read(full=True)`) and when a member
   is first seen: status (VmHWM, context switches), the fd count and the thread list. VmHWM is a
   high-water mark, so reading it less often loses no peak;
@@ -114,9 +114,9 @@ class Member:
 
     # A plain class, not a dataclass: making these three classes took ~4 ms of the sidecar's
     # start-up, which `workerscope run` pays once per command (issue 11).
-    __slots__ = ("children", "comm", "cpu_system", "cpu_user", "ctx", "followed", "fresh", "hwm", "io",
-                 "io_fd", "mapped", "name", "nthreads", "own_cpu", "ppid", "quiet", "ran", "rss",
-                 "sched_fd", "smaps_fd", "start", "stat_fd", "status_fd", "t", "threads_seen",
+    __slots__ = ("asleep", "children", "comm", "cpu_system", "cpu_user", "ctx", "followed", "fresh",
+                 "hwm", "io", "io_fd", "mapped", "name", "nthreads", "own_cpu", "ppid", "quiet", "ran",
+                 "rss", "sched_fd", "smaps_fd", "start", "stat_fd", "status_fd", "t", "threads_seen",
                  "tick", "uss", "zombie")
 
     def __init__(self, ppid: int, name: str, start: int, stat_fd: int = -1) -> None:
@@ -134,6 +134,7 @@ class Member:
         self.ran = b""  # schedstat when stat and io were last read (b"": read them next tick)
         self.tick: dict[str, float] | None = None  # the every-tick values of that reading
         self.mapped = False  # its memory was still mapped then (vsize > 0)
+        self.asleep = False  # not running then (state not R): a run since moves schedstat
         self.quiet = False  # the last read() skipped it: it had not run
         self.children: dict[int, int] = {}  # tid -> fd of its children file
         self.threads_seen = 0  # num_threads when the thread list was last read
@@ -628,8 +629,9 @@ class ProcessTree:
             if m.nthreads == 1 and m.sched_fd >= 0:
                 # A single-threaded process that has not run since its last reading (its run
                 # time and timeslices in schedstat, the same thread's, have not moved) has
-                # the same CPU times, io counters and threads; its RSS can only fall (reclaim),
-                # which the next slow tier reads. One small pread instead of stat and io.
+                # the same CPU times, io counters and threads. Its RSS can still move without
+                # it (reclaim; another process writing its memory; huge pages collapsed), which
+                # the next slow tier reads. One small pread instead of stat and io.
                 try:
                     ran = pread(m.sched_fd, 128, 0)
                 except _GONE:
@@ -637,11 +639,14 @@ class ProcessTree:
                     continue
                 except OSError:
                     ran = b""
-                # Not a zombie (a leader that exited before its other threads reads so),
-                # and a run time that moves at all (b"0 0 0" where the kernel keeps none).
+                # Asleep when last read: a running task's run time moves only at the
+                # scheduler's ticks, but one woken since was scheduled in, which counts a
+                # timeslice at once. Not a zombie (a leader that exited before its other
+                # threads reads so), and a run time that moves at all (b"0 0 0" where the
+                # kernel keeps none).
                 last = m.tick
-                m.quiet = (quiet_ok and ran == m.ran and last is not None and not m.zombie
-                           and not ran.startswith(b"0 "))
+                m.quiet = (quiet_ok and m.asleep and ran == m.ran and last is not None
+                           and not m.zombie and not ran.startswith(b"0 "))
                 if m.quiet and last is not None:
                     values = last.copy()
                     cu, cs, rss = m.cpu_user, m.cpu_system, m.rss
@@ -663,7 +668,9 @@ class ProcessTree:
                         ctx_sums[0] += m.ctx[0]
                         ctx_sums[1] += m.ctx[1]
                     hwm = m.hwm
-                    if m.mapped:
+                    if m.mapped:  # as below: a peak reset since (a job's start) restarts at the RSS
+                        if rss > hwm:
+                            hwm = m.hwm = rss
                         values["peak_rss_bytes"] = hwm
                     rss_sum += rss
                     threads_sum += 1
@@ -694,6 +701,7 @@ class ProcessTree:
                 m.comm = data[data.index(b"(") + 1:end]
                 m.name = m.comm.decode(errors="replace")
                 self.renamed.append((pid, m.ppid, m.name))
+            m.asleep = f[0] != b"R"
             if f[0] == b"Z" and not m.zombie:
                 # It exited: its children now belong to a reaper, and the next walk sees it.
                 m.zombie = self._dirty = True
@@ -878,9 +886,11 @@ class ProcessTree:
 
     def read_threads(self, now_ns: int) -> list[list[Any]]:
         """[[pid, tid, values], ...] of the watched threads: cpu_user_s and cpu_system_s (the
-        thread's own, cumulative) and cpu_percent. A thread read for the first time that
-        started since the previous call has a fourth item, its start (monotonic ns): its CPU
-        was 0 then, which a span begun with the thread needs (it is read up to a tick late)."""
+        thread's own, cumulative) and cpu_percent. Call it right after read() of the same
+        tick: the only thread of a member that read() found quiet is not read again. A thread
+        read for the first time that started since the previous call has a fourth item, its
+        start (monotonic ns): its CPU was 0 then, which a span begun with the thread needs (it
+        is read up to a tick late)."""
         top = self.members.get(self.all_threads_of) if self.all_threads_of is not None else None
         if top is not None and (self._slow_t == now_ns or top.nthreads != self._all_seen):
             # A new thread is watched from the tick it is seen: its first reading is near 0.
