@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -129,6 +130,22 @@ def test_demo_writes_trace_with_three_or_more_pids(clean_env, tmp_path):
     names = {s.name for s in t.spans}
     assert {"burn_cpu", "hold_memory", "write_file", "io", "helper_process", "task"} <= names
     assert len(t.jobs) == 6 and all(j.status == "ok" for j in t.jobs)
+
+
+def test_demo_reports_the_time_its_jobs_took(clean_env, tmp_path):
+    """The demo's summary line gives the jobs' time, first job start to last job end, and
+    apart from it the whole run's, the process pool's start-up included (it gave only that)."""
+    r = run_cli("demo", "-o", str(tmp_path), "--tasks", "3")
+    assert r.returncode == 0, r.stderr
+    line = r.stdout.splitlines()[0]
+    found = re.search(r"jobs ran ([\d.]+) s \(([\d.]+) s in all, with the process pool's "
+                      r"start-up", line)
+    assert found, line
+    jobs_s, whole_s = map(float, found.groups())
+    t = load(tmp_path / "demo.wsc")
+    first, last = min(j.start_ns for j in t.jobs), max(j.end_ns for j in t.jobs)
+    assert abs(jobs_s - (last - first) / 1e9) <= 0.051, (line, (last - first) / 1e9)
+    assert whole_s >= jobs_s, line
 
 
 def test_attach_to_a_running_tree(clean_env, tmp_path):

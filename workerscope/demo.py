@@ -84,3 +84,13 @@ def run_demo(out_dir: str = "workerscope-demo", workers: int = 3, tasks: int = 6
     paths = [timeline.save(os.path.join(out_dir, name))
              for name in ("demo.wsc", "demo.json", "demo.html")]
     return timeline, paths
+
+
+def jobs_seconds(timeline: Timeline) -> float:
+    """Seconds from the first job's start to the last job's end: what the jobs took, without
+    the process pool's start-up before them (spawning interpreters that import workerscope)."""
+    if not timeline.jobs:
+        return 0.0
+    first = min(j.start_ns for j in timeline.jobs)
+    last = max(j.end_ns or j.start_ns for j in timeline.jobs)
+    return (last - first) / 1e9
