@@ -12,7 +12,10 @@ processes and the host, bench_ingest.sample_body) dated one second apart, a span
 spans every 10 samples and a heartbeat every sample; then it ends the job and says bye. The
 frames of an hour are sent in about a minute: what is measured is the driver's memory as a
 function of the frames it received, which does not depend on how fast they came. At the end
-the script checks every frame is in the record (streamed, not loaded).
+the script checks every frame is in the record (streamed, not loaded). Then it loads the
+record as a report does (`workerscope.load`, default `max_samples`: past 1,000,000 samples
+they are folded into time bins) in a process of its own, and prints that process's peak
+memory and CPU time.
 """
 
 from __future__ import annotations
@@ -66,6 +69,25 @@ for line in sys.stdin:
 """
 
 
+# Loads the record as `workerscope report` does, and says what that cost.
+LOADER = """
+import json, sys, time
+from workerscope import load
+
+def status():
+    with open("/proc/self/status") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return {k: int(fields[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM")}
+
+before = status()
+cpu = time.process_time()
+t = load(sys.argv[1])
+print(json.dumps({"cpu": time.process_time() - cpu, "samples": len(t.samples),
+                  "spans": len(t.spans), "marks": len(t.marks), "before": before["VmRSS"],
+                  **status()}))
+"""
+
+
 def worker_frames(wid: str, pid: int, seconds: int) -> Any:
     """The frames of one worker, one second of them at a time (a generator: an hour of 256
     workers' frames would not fit in memory at once)."""
@@ -87,8 +109,8 @@ def worker_frames(wid: str, pid: int, seconds: int) -> Any:
         t = t0 + s * 1_000_000_000
         out = [frame(protocol.SAMPLE, sample_body(s, t, pids))]
         if s % SPANS_EVERY == SPANS_EVERY - 1:
-            records = [[1, 1, s * 100 + i, 1, f"step{i % 4}", t - 50_000_000, t - 1_000_000,
-                        pid, None, None, False] for i in range(SPANS_PER_FRAME)]
+            records = [[protocol.RECORD_SPAN, 1, s * 100 + i, 1, f"step{i % 4}", t - 50_000_000,
+                        t - 1_000_000, pid, None, None, False] for i in range(SPANS_PER_FRAME)]
             out.append(frame(protocol.SPANS, {"pid": pid, "records": records}))
         out.append(frame(protocol.HEARTBEAT, {"t": t, "dropped": 0}))
         yield out
@@ -164,7 +186,11 @@ def main() -> int:
     reader = RecordReader(record)
     entries = sum(1 for _ in reader)
     size = os.path.getsize(record)
-    os.unlink(record)
+    try:
+        loaded = json.loads(subprocess.run([sys.executable, "-c", LOADER, record], check=True,
+                                           capture_output=True, text=True).stdout)
+    finally:
+        os.unlink(record)
     grew = end["VmHWM"] - start["VmRSS"]
     rows = [
         ("frames sent", f"{sent:,}"),
@@ -177,6 +203,11 @@ def main() -> int:
         ("driver peak RSS (VmHWM)", f"{end['VmHWM'] / 2**20:,.1f} MiB"),
         ("peak growth a frame", f"{grew / max(1, end['received']):,.1f} B"),
         ("seconds to take them all", f"{took:,.1f} ({end['received'] / took:,.0f} frames/s)"),
+        ("load(): samples / spans / marks kept",
+         f"{loaded['samples']:,} / {loaded['spans']:,} / {loaded['marks']:,}"),
+        ("load(): CPU seconds", f"{loaded['cpu']:,.1f}"),
+        ("load(): peak RSS (VmHWM) / before it", f"{loaded['VmHWM'] / 2**20:,.1f} MiB / "
+                                                 f"{loaded['before'] / 2**20:,.1f} MiB"),
     ]
     for label, value in rows:
         print(f"{label:<42} {value}")

@@ -86,6 +86,16 @@ class Status(str, enum.Enum):
         return format(self.value, spec)
 
 
+# The metrics docs/METRICS.md marks cumulative (totals that only grow): a trace shows their
+# rate, and a bin of samples keeps their last value.
+CUMULATIVE = frozenset({
+    "cpu_user_s", "cpu_system_s", "cpu_s", "read_bytes", "write_bytes", "read_chars",
+    "write_chars", "ctx_switches_voluntary", "ctx_switches_involuntary", "net_sent_bytes",
+    "net_recv_bytes", "net_sent_packets", "net_recv_packets", "disk_read_bytes",
+    "disk_write_bytes",
+})
+
+
 # Span records inside spans/mark bodies are tuples on the wire, not maps; SpanRecord names
 # their fields for every reader. A record of an older sidecar lacks the trailing cut_short.
 RECORD_SPAN = 0

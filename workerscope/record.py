@@ -46,6 +46,9 @@ FLUSH_S = 0.25  # the writer writes what is queued at least this often
 QUEUE_BYTES = 64 * 1024 * 1024  # frames waiting for the writer; past this, dropped and counted
 _READ_CHUNK = 1024 * 1024
 _BATCH = 512  # entries a writev: two buffers each, within IOV_MAX (1,024)
+# load()'s default memory for samples (~200,000 of a sidecar's, ~1.3 KB each); a record that
+# holds more has them folded into time bins (builder.SampleBins).
+MAX_SAMPLE_BYTES = 256 * 2**20
 _MAX_ENTRY = 64 * 1024 * 1024  # far above any frame (1 MiB) or facts entry: a bad length
 
 
@@ -314,12 +317,16 @@ def is_record(path: str | os.PathLike[str]) -> bool:
 
 
 def read_record(path: str | os.PathLike[str], limit: int | None = None,
-         facts: Facts | None = None) -> Timeline:
+                facts: Facts | None = None, max_sample_bytes: int | None = None) -> Timeline:
     """The Timeline of a record: its frames folded in order, then the driver's facts (its
     last facts entry, or `facts` when given: a live driver's, newer than any in the file).
-    Frames that do not fold are skipped and counted in their worker's notes."""
+    Frames that do not fold are skipped and counted in their worker's notes.
+    max_sample_bytes: past that much memory of samples (estimated: builder.sample_bytes),
+    every series is folded into time bins of one width (builder.SampleBins: cumulative
+    counters keep their last value, rates their mean, memory its max), so a record of any
+    length loads in bounded memory; each worker's notes say so. None keeps every sample."""
     reader = RecordReader(path, limit)
-    builder = TimelineBuilder()
+    builder = TimelineBuilder(max_sample_bytes=max_sample_bytes)
     last: Facts | None = None
     bad: dict[str, int] = {}  # worker -> frames of it that did not fold
     unreadable = 0  # entries that are no frame or no facts at all
@@ -347,6 +354,9 @@ def read_record(path: str | os.PathLike[str], limit: int | None = None,
         own = [f"{bad[wid]} malformed frame(s) of this worker in the record were skipped"
                ] if bad.get(wid) else []
         w.notes = [*w.notes, *own, *notes]
+    binned = None if builder.bins is None else builder.bins.note()
+    if binned:
+        log.warning("%s: %s; max_sample_bytes=None reads every sample", reader.path, binned)
     return t
 
 
@@ -367,7 +377,7 @@ def _apply(builder: TimelineBuilder, facts: Facts, live: bool) -> Timeline:
                 gave_up[wid] = (facts.last_wall.get(wid, 0), "still open where the record "
                                 "ends: the driver stopped without closing it")
     offsets = {wid: offset for wid, (offset, _) in facts.clocks.items()}
-    t = builder.finish(builder.snapshot(), offsets, gave_up)
+    t = builder.finish(builder.snapshot(last=True), offsets, gave_up)
     for wid, w in t.workers.items():
         w.lost = facts.lost.get(wid, w.lost)
         w.dropped = max(w.dropped, facts.dropped.get(wid, 0))
@@ -386,10 +396,13 @@ def _apply(builder: TimelineBuilder, facts: Facts, live: bool) -> Timeline:
     return t
 
 
-def load(path: str | os.PathLike[str]) -> Timeline:
+def load(path: str | os.PathLike[str],
+         max_sample_bytes: int | None = MAX_SAMPLE_BYTES) -> Timeline:
     """Read a saved timeline (.wsc) or a driver's record (`Subscriber(record=...)`,
-    `workerscope listen -o`), whichever the file is."""
+    `workerscope listen -o`), whichever the file is. A record whose samples would take more
+    than `max_sample_bytes` of memory (an hours-long run of many workers; ~1.3 KB a sample)
+    has them folded into time bins, so it loads in bounded memory; None reads every one."""
     path = os.fspath(path)
     if is_record(path):
-        return read_record(path)
+        return read_record(path, max_sample_bytes=max_sample_bytes)
     return load_timeline(path)

@@ -40,7 +40,7 @@ from ..builder import TimelineBuilder
 from ..errors import WorkerscopeError
 from ..procfs import boot_id
 from ..protocol import Status
-from ..record import QUEUE_BYTES, Facts, RecordWriter, read_record
+from ..record import MAX_SAMPLE_BYTES, QUEUE_BYTES, Facts, RecordWriter, read_record
 from ..timeline import Timeline
 from ..transport import MAX_FRAME_BYTES
 from . import ipc, late
@@ -347,15 +347,17 @@ class Subscriber(FrameReceiver):
         with self._cond:
             return self._clocks.offsets()
 
-    def timeline(self) -> Timeline:
+    def timeline(self, max_sample_bytes: int | None = MAX_SAMPLE_BYTES) -> Timeline:
         """The merged timeline of every worker seen so far, on this driver's clock, built
         from the record. Jobs still open on a worker gone stale or dead, or when the
-        Subscriber has closed, end as lost."""
+        Subscriber has closed, end as lost. Samples that would take more than
+        `max_sample_bytes` of memory (a long run of many workers) are folded into time bins,
+        as `workerscope.load` does; None keeps every one."""
         if self._record is None or self.record_path is None:
             return Timeline()  # never started: nothing received
         facts = self._facts()
         written = self._record.flush()
-        return read_record(self.record_path, written, facts)
+        return read_record(self.record_path, written, facts, max_sample_bytes=max_sample_bytes)
 
     def flush(self) -> int:
         """Wait until every frame received so far is in the record file (it is written

@@ -14,15 +14,9 @@ import math
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from ..protocol import CUMULATIVE  # a trace shows their rate, not their total
 from ..timeline import Sample, Timeline
 
-# The metrics docs/METRICS.md marks cumulative: a trace shows their rate, not their total.
-CUMULATIVE = frozenset({
-    "cpu_user_s", "cpu_system_s", "cpu_s", "read_bytes", "write_bytes", "read_chars",
-    "write_chars", "ctx_switches_voluntary", "ctx_switches_involuntary", "net_sent_bytes",
-    "net_recv_bytes", "net_sent_packets", "net_recv_packets", "disk_read_bytes",
-    "disk_write_bytes",
-})
 # Within a process: the tree's counters (on the root), then its own, its threads', the sidecar's.
 _SCOPE_RANK = {"tree": 0, "proc": 1, "thread": 2, "sidecar": 3}
 

@@ -1,0 +1,101 @@
+"""A record of any length loads in bounded memory: past load()'s max_sample_bytes, each series is
+folded into time bins, keeping the last value of cumulative counters, the mean of rates and
+the max of memory, so totals stay exact and no memory peak is lost."""
+
+from __future__ import annotations
+
+import logging
+import tracemalloc
+
+import pytest
+
+from workerscope import load, protocol
+from workerscope.record import RecordWriter
+
+MB = 1 << 20
+STEP_NS = 10_000_000  # a sample every 10 ms
+SPIKE = 12_345  # the one sample where the tree's memory peaks
+
+
+def _write_record(path: str, workers: int, samples: int) -> None:
+    """A record as a driver writes it: each worker's hello, one job, `samples` samples of a
+    tree and one process, the job's end and a bye; frames through the real encoder."""
+    writer = RecordWriter(path)
+    anchor = [1_700_000_000_000_000_000, 1_000_000_000]
+    for w in range(workers):
+        wid = protocol.worker_id("host-a", 100 + w, 200 + w)
+        seq = iter(range(1, samples + 10))
+
+        def send(kind: str, body: dict, wid: str = wid, seq=seq) -> None:
+            assert writer.append(protocol.encode_frame(kind, wid, next(seq), body))
+
+        send(protocol.HELLO, {"host": "host-a", "pid": 100 + w, "anchor": anchor,
+                              "interval": STEP_NS / 1e9})
+        t0 = anchor[1]
+        send(protocol.JOB_START, {"job": 1, "name": f"job{w}", "t": t0, "pid": 100 + w})
+        for i in range(samples):
+            tree = {"cpu_user_s": 0.005 * i, "cpu_percent": 50.0 + 20.0 * (i % 2),
+                    "rss_bytes": 900 * MB if i == SPIKE else 100 * MB + w,
+                    "write_bytes": 4096 * i}
+            send(protocol.SAMPLE, {"t": t0 + i * STEP_NS, "tree": tree,
+                                   "procs": [[100 + w, dict(tree)]]})
+        send(protocol.JOB_END, {"job": 1, "t": t0 + samples * STEP_NS, "status": "ok"})
+        send(protocol.BYE, {"status": "exited"})
+    writer.close()
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("bins") / "long.wsc")
+    _write_record(path, workers=2, samples=20_000)  # 80,000 samples, 200 s a worker
+    return path
+
+
+def test_a_long_record_loads_binned_within_its_budget(record, caplog):
+    with caplog.at_level(logging.WARNING, logger="workerscope.record"):
+        t = load(record, max_sample_bytes=2_000 * 800)
+    assert 0 < len(t.samples) <= 2_000
+    assert "samples binned" in caplog.text and "max_sample_bytes=None" in caplog.text
+    for wid, w in t.workers.items():
+        assert any("80,000 read" in n for n in w.notes), w.notes
+        tree = sorted((s for s in t.samples if s.worker == wid and s.scope == "tree"),
+                      key=lambda s: s.t_ns)
+        assert len(tree) >= 100  # still a curve, not a handful of points
+        # The cumulative counters' last values are exact: the totals do not move.
+        assert tree[-1].values["cpu_user_s"] == pytest.approx(0.005 * 19_999)
+        assert tree[-1].values["write_bytes"] == 4096 * 19_999
+        assert [s.values["cpu_user_s"] for s in tree] == sorted(s.values["cpu_user_s"]
+                                                               for s in tree)
+        # The one sample of 900 MiB survives as its bin's max.
+        assert max(s.values["rss_bytes"] for s in tree) == 900 * MB
+        assert sum(s.values["rss_bytes"] == 900 * MB for s in tree) == 1
+        # CPU %: 50 and 70 alternate; each bin holds their mean, never a max of 70.
+        for s in tree:
+            assert 55.0 <= s.values["cpu_percent"] <= 65.0
+        procs = [s for s in t.samples if s.worker == wid and s.scope == "proc"]
+        assert max(s.values["rss_bytes"] for s in procs) == 900 * MB
+    assert {j.status for j in t.jobs} == {"ok"}
+
+
+def test_every_sample_without_a_budget(record):
+    t = load(record, max_sample_bytes=None)
+    assert len(t.samples) == 80_000
+    assert not any("binned" in n for w in t.workers.values() for n in w.notes)
+
+
+def test_binned_loading_holds_far_less_memory(tmp_path):
+    """Peak Python memory of a binned load is a small part of a whole one's, and it does not
+    grow with the record's length."""
+    peaks = {}
+    for samples in (10_000, 40_000):
+        path = str(tmp_path / f"r{samples}.wsc")
+        _write_record(path, workers=1, samples=samples)
+        for budget in (1_000 * 800, None):
+            tracemalloc.start()
+            try:
+                load(path, max_sample_bytes=budget)
+                peaks[samples, budget] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+    assert peaks[40_000, 1_000 * 800] < peaks[40_000, None] / 10
+    assert peaks[40_000, 1_000 * 800] < 2 * peaks[10_000, 1_000 * 800]
