@@ -18,7 +18,7 @@ from helpers import burn
 from workerscope import Subscriber, Timeline, monitor, span
 from workerscope.export.html import to_html
 from workerscope.export.terminal import functions_table, gantt, jobs_table
-from workerscope.export.units import short_worker
+from workerscope.units import short_worker
 from workerscope.timeline import Span, Worker
 from workerscope.worker import link as launcher
 

@@ -14,7 +14,7 @@ from helpers import burn, burn_code, python_script
 from workerscope import Timeline, load, monitor
 from workerscope.export.html import to_html
 from workerscope.export.terminal import report
-from workerscope.export.units import BYTE_UNITS, short_worker
+from workerscope.units import BYTE_UNITS, short_worker
 
 _SECONDS = {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
 # "0.42% of a core ... (12.3 MiB RSS..., 45.2 µs a sample)"
@@ -122,7 +122,7 @@ def test_a_timeline_without_sidecar_samples_tells_no_cost():
 def test_a_small_share_keeps_two_digits():
     """A monitor's share of a core reads "0.42%", never "0%" (fmt_percent's whole percent)
     nor an exponent; from 10% on it is whole."""
-    from workerscope.export.units import fmt_share
+    from workerscope.units import fmt_share
 
     assert [fmt_share(x) for x in (0, 0.004249, 0.4249, 3.14, 9.96, 42.4, None)] == [
         "0%", "0.0042%", "0.42%", "3.1%", "10%", "42%", "-"]

@@ -99,3 +99,18 @@ def test_binned_loading_holds_far_less_memory(tmp_path):
                 tracemalloc.stop()
     assert peaks[40_000, 1_000 * 800] < peaks[40_000, None] / 10
     assert peaks[40_000, 1_000 * 800] < 2 * peaks[10_000, 1_000 * 800]
+
+
+def test_report_bins_a_record_past_its_budget_and_keeps_all_with_0(record, tmp_path, capsys):
+    from workerscope.cli import main
+
+    out = tmp_path / "small.wsc"
+    assert main(["report", record, "--max-sample-mib", "1", "--wsc", str(out)]) == 0
+    small = load(out)
+    assert 0 < len(small.samples) < 80_000
+    assert all(any("binned" in n for n in w.notes) for w in small.workers.values())
+    whole = tmp_path / "whole.wsc"
+    assert main(["report", record, "--max-sample-mib", "0", "--wsc", str(whole)]) == 0
+    assert len(load(whole).samples) == 80_000
+    assert main(["report", record, "--max-sample-mib", "-1"]) != 0
+    assert "--max-sample-mib" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from workerscope.export.units import (
+from workerscope.units import (
     MISSING,
     binary_scale,
     fmt_bytes,

@@ -15,6 +15,7 @@ from . import protocol
 from .errors import ProtocolError
 from .protocol import CUMULATIVE, Status
 from .timeline import Job, Mark, Sample, Span, Timeline, Worker
+from .units import fmt_bytes, fmt_seconds
 
 _INT64 = 2**63
 _SANE_NS = 100 * 365 * 86_400 * 10**9  # a century
@@ -254,8 +255,8 @@ class SampleBins:
         """What the binning did, for each worker's notes; None while nothing was binned."""
         if not self.width:
             return None
-        return (f"samples binned to stay within {self.limit / 2**20:,.0f} MiB: {self.seen:,} "
-                f"read, {self.kept:,} kept, in bins of {self.width / 1e9:.3g} s (a bin holds "
+        return (f"samples binned to stay within {fmt_bytes(self.limit)}: {self.seen:,} read, "
+                f"{self.kept:,} kept, in bins of {fmt_seconds(self.width / 1e9)} (a bin holds "
                 "the last value of cumulative counters, the mean of percentages and other "
                 "rates, the max of memory and counts)")
 

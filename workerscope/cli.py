@@ -18,9 +18,9 @@ from . import protocol
 from .config import resolve
 from .errors import WorkerscopeError
 from .export import files as _files  # noqa: F401 - registers the formats -o may name
-from .export.units import fmt_bytes, fmt_percent
 from .protocol import Status
 from .timeline import Timeline, check_output_path
+from .units import fmt_bytes, fmt_percent
 
 if TYPE_CHECKING:
     from .driver.subscriber import Subscriber
@@ -348,7 +348,13 @@ def cmd_report(args: argparse.Namespace) -> int:
                if path]
     for path in outputs:
         check_output_path(path)  # before the (possibly long) load
-    timeline = load(args.file)
+    if args.max_sample_mib is None:
+        timeline = load(args.file)
+    else:
+        if args.max_sample_mib < 0:
+            raise WorkerscopeError("--max-sample-mib must be 0 (every sample) or more")
+        budget = int(args.max_sample_mib * 2**20) or None
+        timeline = load(args.file, max_sample_bytes=budget)
     wrote = [timeline.save(path) for path in outputs]
     if wrote:
         for path in wrote:
@@ -433,6 +439,10 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("--csv", help="write the samples as CSV")
     rep.add_argument("--png", help="write resource plots and the Gantt as one PNG (needs matplotlib)")
     rep.add_argument("--wsc", help="write a copy in the native format")
+    rep.add_argument("--max-sample-mib", type=float, default=None, metavar="MIB",
+                     help="memory for the samples of a record (default 256); past it they are "
+                          "folded into time bins, as each worker's notes then say; 0 keeps "
+                          "every sample")
     rep.set_defaults(func=cmd_report)
     demo = sub.add_parser("demo", help="run the embedded demo job and write its timeline")
     demo.add_argument("-o", "--output-dir", default="workerscope-demo")

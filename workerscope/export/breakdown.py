@@ -16,7 +16,7 @@ from collections.abc import Callable
 from itertools import pairwise
 
 from ..timeline import Timeline
-from .units import short_worker
+from ..units import short_worker
 
 TOP = 5  # processes drawn one by one; the rest are summed
 OTHERS = -1  # the colour index of the "others" line: grey in every view

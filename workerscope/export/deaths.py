@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from ..protocol import Status
 from ..timeline import Job, Span, Timeline
-from .units import fmt_bytes, short_worker
+from ..units import fmt_bytes, short_worker
 
 # A job in one of these ended because its worker died inside it.
 JOB_DIED = (Status.KILLED, Status.OOM_KILLED)

@@ -24,12 +24,12 @@ from typing import Any
 
 from ..protocol import Status
 from ..timeline import Span, Timeline
+from ..units import BYTE_UNITS, fmt_seconds
 from .attribution import DIED, Attribution, attribute, function_table, workers_table
 from .deaths import JOB_DIED, by_worker, deaths, figures, headline, is_cut_short, memory_limits
 from .html_tables import clip, deaths_html, esc, functions_html, header, iso, us, workers_html
 from .lanes import layout
 from .plotspec import PLOTS, plot_series
-from .units import BYTE_UNITS, fmt_seconds
 
 MAX_SPANS = 500_000  # spans embedded one by one; the shortest beyond this are binned
 SPAN_BINS = 4_000  # time bins per lane for the spans beyond MAX_SPANS

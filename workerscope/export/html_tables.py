@@ -8,11 +8,11 @@ import html
 from typing import Any
 
 from ..timeline import Timeline
+from ..units import fmt_bytes, fmt_seconds
 from .attribution import DIED
 from .deaths import deaths, figures, headline
 from .overhead import cost_text, costs, summary
 from .terminal import said_once
-from .units import fmt_bytes, fmt_seconds
 
 MAX_ROWS = 300  # rows of the per-function table
 MAX_TEXT = 2_000  # characters of one span's attrs or error kept for the tooltip

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..protocol import Status
-from .units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
+from ..units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
 
 CLEAR = "\x1b[H\x1b[2J"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from ..timeline import Timeline
-from .units import fmt_bytes, fmt_seconds, fmt_share
+from ..units import fmt_bytes, fmt_seconds, fmt_share
 
 
 @dataclass(frozen=True)

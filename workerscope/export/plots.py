@@ -11,12 +11,12 @@ from typing import Any
 
 from ..errors import WorkerscopeError
 from ..timeline import Span, Timeline
+from ..units import binary_scale, short_worker
 from .attribution import DIED
 from .breakdown import OTHERS
 from .deaths import by_worker, deaths, headline, is_cut_short, memory_limits
 from .lanes import layout
 from .plotspec import PLOTS, plot_series
-from .units import binary_scale, short_worker
 
 # Red marks errors and deaths only (report.js's RED): no function is ever filled with it.
 ERROR_COLOR = "#d00000"

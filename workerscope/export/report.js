@@ -69,7 +69,7 @@ function fmtDur(us) {
   if (us < 1e6) return +(us / 1e3).toPrecision(4) + " ms";
   return +(us / 1e6).toPrecision(4) + " s";
 }
-// Bytes as workerscope/export/units.py fmt_bytes writes them in the tables: binary units,
+// Bytes as workerscope/units.py fmt_bytes writes them in the tables: binary units,
 // three significant digits ("1.5 KiB"). Change both together.
 function fmtBytes(b) {
   const u = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -15,11 +15,11 @@ from typing import Any
 from .. import protocol
 from ..protocol import Status
 from ..timeline import Span, Timeline
+from ..units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
 from .attribution import DIED, Attribution, function_table, workers_table
 from .deaths import by_worker, deaths, figures, is_cut_short
 from .lanes import layout
 from .overhead import cost_text, costs, summary
-from .units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
 
 LEVELS = " ▁▂▃▄▅▆▇█"
 _VALUE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|ns|µs|ms|s)\b")

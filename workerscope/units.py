@@ -1,4 +1,5 @@
-"""How every view writes a value: one formatter per unit, one convention for the whole product.
+"""How every value is written (views, notes, messages): one formatter per unit, one convention for
+the whole product, in the core so that every layer uses it.
 
 Bytes in binary units spelled B, KiB, MiB, GiB, TiB, as memory is sized (a 2 GiB limit
 shows as "2 GiB", not "2.15 GB"): three significant digits and a space before the unit, as
