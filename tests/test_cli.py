@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import re
 import subprocess
@@ -114,6 +116,17 @@ def test_listen_help_says_what_listen_does():
     assert not description.startswith("options:"), r.stdout
     text = " ".join(description.split())
     assert "endpoint" in text and "--endpoint" in text and "WORKERSCOPE_ENDPOINT" in text, text
+
+
+@pytest.mark.parametrize("command", ["run", "attach", "report", "demo"])
+def test_every_command_s_help_says_what_it_does(command):
+    """Each subcommand's --help has a description under its usage line, as listen's has."""
+    r = run_cli(command, "--help")
+    assert r.returncode == 0, r.stderr
+    usage, description, *_ = r.stdout.split("\n\n")
+    assert usage.startswith(f"usage: workerscope {command}"), r.stdout
+    assert not description.startswith(("options:", "positional arguments:")), r.stdout
+    assert len(description.split()) >= 8, description
 
 
 def test_demo_writes_trace_with_three_or_more_pids(clean_env, tmp_path):

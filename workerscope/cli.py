@@ -388,7 +388,12 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="workerscope", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="sample a command's process tree",
-                         usage="workerscope run [--interval S] [-o FILE] [--endpoint ADDR] -- CMD ARGS...")
+                         usage="workerscope run [--interval S] [-o FILE] [--endpoint ADDR] -- CMD ARGS...",
+                         description="Run CMD and sample its whole process tree (CPU, memory, IO, "
+                                     "network, GPU) every --interval seconds, with the spans of "
+                                     "any Python process in it that uses @timed, until it exits; "
+                                     "then write the timeline (-o, else workerscope-PID.json) and "
+                                     "a one-line summary. Exits with CMD's own status.")
     run.add_argument("--interval", type=float, default=None, help="seconds between samples (default 1.0)")
     run.add_argument("-o", "--output", help="timeline file, .json (Perfetto) or .wsc")
     run.add_argument("--endpoint", help="also stream to a listening driver at this address")
@@ -444,7 +449,11 @@ def parser() -> argparse.ArgumentParser:
                           "folded into time bins, as each worker's notes then say; 0 keeps "
                           "every sample")
     rep.set_defaults(func=cmd_report)
-    demo = sub.add_parser("demo", help="run the embedded demo job and write its timeline")
+    demo = sub.add_parser("demo", help="run the embedded demo job and write its timeline",
+                          description="Run a small job on a process pool (CPU, memory and IO "
+                                      "work under @timed functions, each worker sampled by a "
+                                      "sidecar) and write its HTML report, Perfetto trace and "
+                                      ".wsc timeline into --output-dir.")
     demo.add_argument("-o", "--output-dir", default="workerscope-demo")
     demo.add_argument("--workers", type=int, default=3)
     demo.add_argument("--tasks", type=int, default=6)
