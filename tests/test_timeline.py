@@ -68,7 +68,7 @@ def test_repr_is_one_short_line_of_counts():
         big.spans.append(Span("a", 1, 10 + k, 1, "f", wall + k, wall + k + 10**10, 11, 11))
     text = repr(big)
     assert "\n" not in text and len(text) < 200, text
-    assert "50,002 spans" in text and "10.00 s" in text, text
+    assert "50,002 spans" in text and ", 10 s from" in text, text
     assert repr(Timeline()) == "<Timeline: 0 workers, 0 jobs, 0 spans, 0 marks, 0 samples, 0 processes>"
     odd = Timeline(spans=[Span("a", 1, 1, None, "f", -10**20, 0, 1, 1)])  # before year 1
     assert repr(odd).endswith(f"from {-10**20} ns>"), repr(odd)

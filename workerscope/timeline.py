@@ -19,6 +19,7 @@ from typing import Any, BinaryIO
 from . import protocol
 from .errors import ProtocolError, WorkerscopeError
 from .protocol import Status
+from .units import fmt_seconds
 
 FILE_VERSION = 1
 
@@ -134,7 +135,7 @@ class Timeline:
             since = when.strftime("%Y-%m-%dT%H:%M:%SZ")
         except (OverflowError, ValueError, OSError):  # a repr must not raise, whatever was loaded
             since = f"{start} ns"
-        return f"<Timeline: {counts}, {(end - start) / 1e9:,.2f} s from {since}>"
+        return f"<Timeline: {counts}, {fmt_seconds((end - start) / 1e9)} from {since}>"
 
     # -- building ----------------------------------------------------------------------------
     @classmethod
