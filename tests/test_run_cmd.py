@@ -10,6 +10,7 @@ import time
 import pytest
 
 from workerscope import load
+from workerscope.record import RecordReader
 
 
 def start_run(*args: str) -> subprocess.Popen[str]:
@@ -133,3 +134,40 @@ def test_run_samples_in_its_own_process(clean_env, tmp_path):
     assert proc.returncode == 0, err
     t = load(out)
     assert [s for s in t.samples if s.scope == "tree"], "sampled all the same"
+
+
+def test_a_run_killed_with_sigkill_leaves_what_it_recorded(clean_env, tmp_path):
+    """kill -9 of `run` (a scheduler's time limit, the OOM killer) leaves a record beside the
+    output, written as the samples came: it loads, with the command's samples and its job
+    lost where the record ends. A run that ends normally removes it."""
+    out = tmp_path / "t.wsc"
+    partial = tmp_path / "t.partial.wsc"
+    started = tmp_path / "started"
+    code = (f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); "
+            "time.sleep(60)")
+    proc = start_run("--interval", "0.05", "-o", str(out), "--", sys.executable, "-c", code)
+    try:
+        deadline = time.monotonic() + 60
+        while not (started.exists() and partial.exists()
+                   and sum(1 for _ in RecordReader(partial)) >= 12):
+            assert time.monotonic() < deadline, "nothing recorded as the command ran"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        # The command outlives `run` (it holds run's stdout and stderr): end it too.
+        subprocess.run(["pkill", "-9", "-f", str(started)], check=False)
+        proc.communicate(timeout=60)
+    assert not out.exists()
+    t = load(partial)
+    (job,) = t.jobs
+    assert job.status == "lost", job
+    assert sum(s.scope == "tree" for s in t.samples) >= 5
+    assert {w.status for w in t.workers.values()} == {"lost"}
+
+    done = tmp_path / "done.wsc"
+    r = subprocess.run([sys.executable, "-m", "workerscope", "run", "--interval", "0.05", "-o",
+                        str(done), "--", sys.executable, "-c", "pass"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert done.exists() and not (tmp_path / "done.partial.wsc").exists()

@@ -278,6 +278,7 @@ class TimelineBuilder:
         self._boot_anchor: dict[str, tuple[int, int]] = {}
         self._open_jobs: dict[tuple[str, int], dict[str, Any]] = {}
         self._roots: dict[str, int] = {}
+        self.last_sample: dict[str, int] = {}  # worker -> its latest sample's wall time
 
     def worker(self, wid: str) -> Worker:
         w = self.t.workers.get(wid)
@@ -354,6 +355,8 @@ class TimelineBuilder:
             _check_live(b)
             return
         t = self._wall(wid, b["t"])
+        if t > self.last_sample.get(wid, t - 1):
+            self.last_sample[wid] = t
         root = self._roots.get(wid)
         names = {int(pid): str(name) for pid, _, name in b.get("new", ())}
         new: list[Sample] = []

@@ -136,10 +136,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     forwarded = {sig: signal.signal(sig, lambda signum, _: child.send_signal(signum))
                  for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
+        out = args.output or f"workerscope-{child.pid}.json"
+        partial = partial_path(out)
         if link is not None:
             try:
                 link.handshake(child.pid)
-                link.job_start(1, job_name(args.cmd), None, pid=child.pid, t=started)
+                link.job_start(1, job_name(args.cmd), None, pid=child.pid, t=started,
+                               record=partial)
             except WorkerscopeError as err:
                 print(f"workerscope: sampling off: {err}", file=sys.stderr)
                 link = None
@@ -159,10 +162,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     timeline = build(frames)
     for worker in timeline.workers.values():
         worker.status = Status.EXITED  # the command has ended; its frames came before its bye
-    out = args.output or f"workerscope-{child.pid}.json"
     _save(timeline, out, f"workerscope-{child.pid}")
+    _remove(partial)
     _ending()
     return code
+
+
+def partial_path(out: str) -> str:
+    """Where `run` and `attach` record the frames as they come, beside their output: what a
+    kill -9 of them leaves (`workerscope report` reads it). Removed once the output is
+    written."""
+    stem = os.path.splitext(out)[0]
+    path = f"{stem}.partial.wsc"
+    return path if path != out else f"{out}.partial.wsc"
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass  # never written (sampling was off, or the path could not be written)
+    except OSError as err:
+        print(f"workerscope: could not remove {path}: {err}", file=sys.stderr)
 
 
 def _ending() -> None:
@@ -217,7 +238,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
     link.spawn(_sidecar_here())
     link.handshake(args.pid)
     name = _process_name(args.pid)
-    link.job_start(1, f"attach {args.pid} ({name})", None)
+    out = args.output or f"workerscope-{args.pid}.json"
+    partial = partial_path(out)
+    link.job_start(1, f"attach {args.pid} ({name})", None, record=partial)
     print(f"workerscope: sampling {args.pid} ({name}) and its children every "
           f"{config.interval:g} s; Ctrl-C stops", file=sys.stderr, flush=True)
     stop = _stop_on_ctrl_c()
@@ -234,8 +257,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
         frames = []
     finally:
         link.close(wait=True)
-    _save(build(frames), args.output or f"workerscope-{args.pid}.json",
-          f"workerscope-{args.pid}")
+    _save(build(frames), out, f"workerscope-{args.pid}")
+    _remove(partial)
     _ending()
     return 0
 

@@ -376,6 +376,13 @@ def _apply(builder: TimelineBuilder, facts: Facts, live: bool) -> Timeline:
             else:
                 gave_up[wid] = (facts.last_wall.get(wid, 0), "still open where the record "
                                 "ends: the driver stopped without closing it")
+    if not live:
+        # A record with no driver's word on a worker (a sidecar's own, which `run` leaves
+        # when it is killed): a job still open there ends where its samples do, lost.
+        for wid in builder.t.workers:
+            if wid not in facts.states and wid not in gave_up and builder.has_open_job(wid):
+                gave_up[wid] = (builder.last_sample.get(wid, 0), "still open where the "
+                                "record ends: whoever wrote it stopped without ending it")
     offsets = {wid: offset for wid, (offset, _) in facts.clocks.items()}
     t = builder.finish(builder.snapshot(last=True), offsets, gave_up)
     for wid, w in t.workers.items():

@@ -32,6 +32,7 @@ from .selfcost import SelfCost
 from .tree import ProcessTree
 
 if TYPE_CHECKING:
+    from ..record import RecordWriter
     from ..transport import Outbox
 
 log = logging.getLogger("workerscope.sidecar")
@@ -63,7 +64,7 @@ METRICS = {
 class OpenJob:
     # Plain classes here and in rings.py and death.py, not dataclasses: making a dataclass
     # takes ~0.5 ms, and `workerscope run` pays the sidecar's imports once per command.
-    __slots__ = ("frames", "job", "keep", "name", "out", "start")
+    __slots__ = ("frames", "job", "keep", "name", "out", "record", "start")
 
     def __init__(self, job: int, name: str, out: str | None, frames: list[bytes],
                  keep: bool = True) -> None:
@@ -75,6 +76,7 @@ class OpenJob:
         # `out`): a long job streaming to a driver would otherwise grow the sidecar without bound.
         self.keep = keep
         self.start: dict[str, Any] = {}  # its job_start body, for heartbeats
+        self.record: RecordWriter | None = None  # its frames, appended as they are sent
 
 
 class Sidecar:
@@ -129,6 +131,8 @@ class Sidecar:
         for job in self.jobs.values() if jobs is None else jobs:
             if job.keep:
                 job.frames.append(data)
+            if job.record is not None:
+                job.record.append(data)
         return data
 
     def sample(self, every_name: bool = False, flush: bool = False, edge: bool = False) -> None:
@@ -295,6 +299,8 @@ class Sidecar:
             if self.config.reset_peak:
                 self.tree.reset_peaks()
             self.watch.job_started()
+        if body.get("record"):
+            self.open_record(job, str(body["record"]))
         self.jobs[job.job] = job
         job.start = {
             "job": job.job, "name": job.name, "t": body.get("t", time.monotonic_ns()),
@@ -389,8 +395,24 @@ class Sidecar:
             body["death"] = death
         self.emit(protocol.JOB_END, body, jobs=[job])
         del self.jobs[job.job]
+        if job.record is not None:
+            job.record.close()
         if job.out:
             self.write_out(job)
+
+    def open_record(self, job: OpenJob, path: str) -> None:
+        """Append the job's frames to a record file from now on (its hello first). A path
+        that cannot be written is said once; the job goes on without it."""
+        # Imported here: a sidecar with no record to write never loads the timeline's modules.
+        from ..record import RecordWriter
+
+        try:
+            job.record = RecordWriter(path, mode=0o600)
+        except WorkerscopeError as err:
+            self.errors.append(str(err))
+            log.warning("%s", err)
+            return
+        job.record.append(self.hello)
 
     def write_out(self, job: OpenJob) -> None:
         # Imported here: most sidecars never write a file, and this keeps their start-up short.

@@ -180,15 +180,21 @@ class SidecarLink:
 
     # -- jobs --------------------------------------------------------------------------------
     def job_start(self, job: int, name: str, out: str | None, keep: bool = True,
-                  pid: int | None = None, t: int | None = None) -> None:
+                  pid: int | None = None, t: int | None = None,
+                  record: str | None = None) -> None:
         """keep: the sidecar keeps the job's frames for job_end(want_timeline=True) or `out`.
-        pid and t: a job run by another process (`workerscope run`'s command), from when."""
-        self._write(protocol.encode_pipe(protocol.JOB_START, {
+        pid and t: a job run by another process (`workerscope run`'s command), from when.
+        record: a record file (record.py) the sidecar appends the job's frames to as it
+        sends them, so a kill -9 of this process leaves them readable."""
+        body = {
             "job": job, "name": name, "out": out, "keep": keep,
             "t": time.monotonic_ns() if t is None else t,
             "pid": os.getpid() if pid is None else pid,
             "tid": threading.get_native_id() if pid is None else pid,
-        }))
+        }
+        if record is not None:
+            body["record"] = record
+        self._write(protocol.encode_pipe(protocol.JOB_START, body))
 
     def job_end(self, job: int, status: str, error: str | None, want_timeline: bool) -> list[bytes] | None:
         """Close the job; with want_timeline, wait for the sidecar's frames of it."""
