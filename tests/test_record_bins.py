@@ -69,8 +69,10 @@ def test_a_long_record_loads_binned_within_its_budget(record, caplog):
         # The one sample of 900 MiB survives as its bin's max.
         assert max(s.values["rss_bytes"] for s in tree) == 900 * MB
         assert sum(s.values["rss_bytes"] == 900 * MB for s in tree) == 1
+        # Each series keeps its first sample as it came (where its counters start).
+        assert tree[0].values["cpu_user_s"] == 0.0 and tree[0].values["cpu_percent"] == 50.0
         # CPU %: 50 and 70 alternate; each bin holds their mean, never a max of 70.
-        for s in tree:
+        for s in tree[1:]:
             assert 55.0 <= s.values["cpu_percent"] <= 65.0
         procs = [s for s in t.samples if s.worker == wid and s.scope == "proc"]
         assert max(s.values["rss_bytes"] for s in procs) == 900 * MB
@@ -114,3 +116,45 @@ def test_report_bins_a_record_past_its_budget_and_keeps_all_with_0(record, tmp_p
     assert len(load(whole).samples) == 80_000
     assert main(["report", record, "--max-sample-mib", "-1"]) != 0
     assert "--max-sample-mib" in capsys.readouterr().err
+
+
+def test_bins_keep_each_metric_as_it_reads_and_short_series_do_not_starve_long_ones(tmp_path):
+    """Per-core CPU and the sidecar's cost per sample are averaged (a max read 2x and 8x too
+    high); available memory keeps its dip; a NaN spoils no bin; 2,000 processes of one
+    sample each leave the long series a curve."""
+    path = str(tmp_path / "mixed.wsc")
+    writer = RecordWriter(path)
+    wid = protocol.worker_id("host-a", 100, 200)
+    seq = iter(range(1, 10**6))
+
+    def send(kind: str, body: dict) -> None:
+        assert writer.append(protocol.encode_frame(kind, wid, next(seq), body))
+
+    anchor = [1_700_000_000_000_000_000, 1_000_000_000]
+    t0 = anchor[1]
+    send(protocol.HELLO, {"host": "host-a", "pid": 100, "anchor": anchor, "interval": 0.01})
+    send(protocol.JOB_START, {"job": 1, "name": "mixed", "t": t0, "pid": 100})
+    for i in range(20_000):
+        body = {"t": t0 + i * STEP_NS,
+                "tree": {"cpu_percent": float("nan") if i == 777 else 40.0, "rss_bytes": MB},
+                "host": {"cpu_percent_core0": 100.0 * (i % 2),
+                         "mem_available_bytes": 10 * MB if i == 15_000 else 1000 * MB},
+                "sidecar": {"sample_cost_s": 0.001 if i % 2 else 0.003}}
+        if i % 10 == 0:  # a short-lived process, seen once
+            body["procs"] = [[1_000 + i, {"rss_bytes": MB}]]
+        send(protocol.SAMPLE, body)
+    send(protocol.JOB_END, {"job": 1, "t": t0 + 20_000 * STEP_NS, "status": "ok"})
+    writer.close()
+    budget = 4 * 2**20
+    t = load(path, max_sample_bytes=budget)
+    series = {scope: sorted((s for s in t.samples if s.scope == scope), key=lambda s: s.t_ns)
+              for scope in ("tree", "host", "sidecar")}
+    assert len(series["tree"]) >= 200, len(series["tree"])
+    for s in series["tree"]:
+        assert s.values["cpu_percent"] == 40.0  # the NaN left out, not the bin's mean spoiled
+    for s in series["host"][2:-1]:  # whole bins: the first and last may hold a few
+        assert 40.0 <= s.values["cpu_percent_core0"] <= 60.0
+    assert min(s.values["mem_available_bytes"] for s in series["host"]) == 10 * MB
+    for s in series["sidecar"][2:-1]:
+        assert 0.0015 <= s.values["sample_cost_s"] <= 0.0025
+    assert sum(s.scope == "proc" for s in t.samples) == 2_000  # each process's one sample

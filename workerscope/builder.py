@@ -8,6 +8,7 @@ ProtocolError for the frame, never a half-added record or a crash of the caller.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -86,16 +87,41 @@ def _death(value: Any) -> dict[str, Any] | None:
     return out
 
 
-def _is_mean(metric: str) -> bool:
-    """Metrics that are a rate or a level over time (percentages, watts, degrees, clocks, load):
-    a bin of them keeps their mean. Other gauges (bytes, counts) keep their max: a memory peak
-    between two bins is what a reader looks for."""
-    return metric.endswith(("_percent", "_w", "_c", "_mhz")) or metric.startswith("load_")
+# How a bin of samples keeps each metric (SampleBins). Cumulative counters (protocol.CUMULATIVE):
+# the last value. Rates and levels over time: the mean. What runs out ("available", "free"):
+# the min, so a dip shows. Other gauges (bytes, counts): the max, so a peak shows.
+LAST, MEAN, LOW, HIGH = 0, 1, 2, 3
+_MEAN_NAMES = frozenset({"sample_cost_s"})
+
+
+def fold_rule(metric: str) -> int:
+    """LAST, MEAN, LOW or HIGH: how a bin keeps this metric."""
+    if metric in CUMULATIVE:
+        return LAST
+    if ("_percent" in metric or metric.endswith(("_w", "_c", "_mhz"))
+            or metric.startswith("load_") or metric in _MEAN_NAMES):
+        return MEAN
+    if "available" in metric or "free" in metric:
+        return LOW
+    return HIGH
+
+
+_RULES: dict[str, int] = {}  # fold_rule's answers: metric names come from frames, so bounded
+
+
+def _rule(metric: str) -> int:
+    rule = _RULES.get(metric)
+    if rule is None:
+        rule = fold_rule(metric)
+        if len(_RULES) < 4096:
+            _RULES[metric] = rule
+    return rule
 
 
 class _Bin:
-    """The samples of one series within one time bin, folded: the last time, the cumulative
-    counters' last values, the max of gauges, and sums and counts for the means."""
+    """Samples of one series within one time bin, folded (see fold_rule): the last time, and
+    per metric its kept value, plus sums and counts for the means. Values that are not
+    finite are left out of a fold (a NaN would spoil a whole bin's mean)."""
 
     __slots__ = ("counts", "sums", "t", "values")
 
@@ -105,47 +131,47 @@ class _Bin:
         self.sums: dict[str, float] | None = None
         self.counts: dict[str, int] | None = None
 
+    def _means(self) -> tuple[dict[str, float], dict[str, int]]:
+        if self.sums is None or self.counts is None:
+            self.sums = {k: v for k, v in self.values.items()
+                         if _rule(k) == MEAN and math.isfinite(v)}
+            self.counts = dict.fromkeys(self.sums, 1)
+        return self.sums, self.counts
+
+    def _keep(self, k: str, v: float, later: bool, sums: dict[str, float],
+              counts: dict[str, int], n: int = 1) -> None:
+        mine = self.values
+        rule = _rule(k)
+        if rule == MEAN:
+            sums[k] = sums.get(k, 0.0) + v
+            counts[k] = counts.get(k, 0) + n
+        elif k not in mine or not math.isfinite(mine[k]):
+            mine[k] = v
+        elif rule == LAST:
+            if later:
+                mine[k] = v
+        elif (v > mine[k]) if rule == HIGH else (v < mine[k]):
+            mine[k] = v
+
     def fold(self, t: int, values: dict[str, float]) -> None:
         later = t >= self.t
+        sums, counts = self._means()
+        for k, v in values.items():
+            if math.isfinite(v):
+                self._keep(k, v, later, sums, counts)
         if later:
             self.t = t
-        mine = self.values
-        if self.sums is None:  # the second sample: the means start counting
-            self.sums = {k: v for k, v in mine.items() if _is_mean(k)}
-            self.counts = dict.fromkeys(self.sums, 1)
-        sums, counts = self.sums, self.counts
-        assert counts is not None
-        for k, v in values.items():
-            if k in CUMULATIVE:
-                if later or k not in mine:
-                    mine[k] = v
-            elif _is_mean(k):
-                sums[k] = sums.get(k, 0.0) + v
-                counts[k] = counts.get(k, 0) + 1
-            elif k not in mine or v > mine[k]:
-                mine[k] = v
 
     def merge(self, other: _Bin) -> None:
         """Fold another bin of the same series in (a wider bin now holds both)."""
         later = other.t >= self.t
-        mine, theirs = self.values, other.values
-        if self.sums is None:
-            self.sums = {k: v for k, v in mine.items() if _is_mean(k)}
-            self.counts = dict.fromkeys(self.sums, 1)
-        sums, counts = self.sums, self.counts
-        assert counts is not None
-        their_sums = other.sums if other.sums is not None else {
-            k: v for k, v in theirs.items() if _is_mean(k)}
-        their_counts = other.counts if other.counts is not None else dict.fromkeys(their_sums, 1)
-        for k, v in their_sums.items():
-            sums[k] = sums.get(k, 0.0) + v
-            counts[k] = counts.get(k, 0) + their_counts[k]
-        for k, v in theirs.items():
-            if k in CUMULATIVE:
-                if later or k not in mine:
-                    mine[k] = v
-            elif not _is_mean(k) and (k not in mine or v > mine[k]):
-                mine[k] = v
+        sums, counts = self._means()
+        their_sums, their_counts = other._means()
+        for k, total in their_sums.items():
+            self._keep(k, total, later, sums, counts, their_counts[k])
+        for k, v in other.values.items():
+            if _rule(k) != MEAN and math.isfinite(v):
+                self._keep(k, v, later, sums, counts)
         if later:
             self.t = other.t
 
@@ -169,34 +195,64 @@ def sample_bytes(values: dict[str, float]) -> int:
     return SAMPLE_BYTES + VALUE_BYTES * len(values)
 
 
+_Key = tuple[str, str, "int | None", "int | None"]
+
+
 class SampleBins:
-    """Samples kept within a memory budget: past `limit_bytes` of them, every series (worker,
-    scope, pid, tid) is folded into time bins of one width, a power of two of nanoseconds,
-    wide enough that half the budget holds the longest series. The width doubles as the run
-    goes on, so memory stays bounded however long the record is. A bin is one Sample at its
-    last time: cumulative counters keep their last value (rates between bins stay exact),
-    percentages and other rates their mean, memory and counts their max (no peak is lost)."""
+    """Samples kept within a memory budget. Under `limit_bytes` they are kept as they come.
+    Past it, every series (worker, scope, pid, tid) keeps its earliest sample as it is (where
+    its counters start from, a thread's start at 0 CPU) and folds the rest into time bins of
+    one width, a power of two of nanoseconds, doubled until the bins take at most half the
+    budget; as the run goes on it doubles again, so memory stays bounded however long the
+    record is. A bin is one Sample at its last time, its metrics kept by fold_rule: totals
+    and the rates between bins exact, rates averaged, peaks and dips kept. A run of more
+    series than the budget holds at one bin each takes that much instead, and says so."""
 
     def __init__(self, limit_bytes: int) -> None:
         self.limit = max(int(limit_bytes), 1)
-        self.width = 0  # ns; 0 until the budget is first reached: every sample its own bin
+        self.width = 0  # ns; 0 until the budget is first reached
         self.seen = 0  # samples added
-        self.kept = 0  # bins held
+        self.kept = 0  # samples or bins held
         self.bytes = 0  # their estimated memory
         self._threshold = self.limit  # widen past this many bytes
-        self._series: dict[tuple[str, str, int | None, int | None], dict[int, _Bin]] = {}
-        self._first: dict[tuple[str, str, int | None, int | None], int] = {}
-        self._last: dict[tuple[str, str, int | None, int | None], int] = {}
+        self._plain: list[Sample] | None = []  # until the budget is first reached
+        self._first: dict[_Key, Sample] = {}  # each series' earliest sample, never folded
+        self._series: dict[_Key, dict[int, _Bin]] = {}
+        self._span: dict[_Key, tuple[int, int]] = {}  # each series' (earliest, latest) time
 
     def add(self, s: Sample) -> None:
         self.seen += 1
+        if self._plain is not None:
+            self._plain.append(s)
+            self.kept += 1
+            self.bytes += sample_bytes(s.values)
+            if self.bytes > self._threshold:
+                plain, self._plain = self._plain, None
+                self.kept = self.bytes = 0
+                for one in plain:
+                    self._bin(one)
+                self._widen()
+            return
+        self._bin(s)
+        if self.bytes > self._threshold:
+            self._widen()
+
+    def _bin(self, s: Sample) -> None:
         key = (s.worker, s.scope, s.pid, s.tid)
-        bins = self._series.get(key)
-        if bins is None:
-            bins = self._series[key] = {}
-            self._first[key] = s.t_ns
-        if s.t_ns > self._last.get(key, s.t_ns - 1):
-            self._last[key] = s.t_ns
+        span = self._span.get(key)
+        self._span[key] = (s.t_ns, s.t_ns) if span is None else (
+            min(span[0], s.t_ns), max(span[1], s.t_ns))
+        first = self._first.get(key)
+        if first is None or s.t_ns < first.t_ns:
+            self._first[key] = s
+            self.kept += 1
+            self.bytes += sample_bytes(s.values)
+            if first is None:
+                return
+            s = first  # the earlier one takes its place; the one it had goes to the bins
+            self.kept -= 1
+            self.bytes -= sample_bytes(s.values)
+        bins = self._series.setdefault(key, {})
         index = s.t_ns // self.width if self.width else s.t_ns
         b = bins.get(index)
         if b is not None:
@@ -205,28 +261,30 @@ class SampleBins:
         bins[index] = _Bin(s.t_ns, s.values)
         self.kept += 1
         self.bytes += sample_bytes(s.values)
-        if self.bytes > self._threshold:
-            self._widen()
 
     def _widen(self) -> None:
-        longest = max(self._last[k] - self._first[k] for k in self._series)
-        average = self.bytes / max(self.kept, 1)
-        per_series = max(int(self.limit / average) // (2 * len(self._series)), 1)
+        # Start from the longest series' spacing, scaled by how far over half the budget the
+        # bins are; then double until they fit, or every series is in a bin or two.
+        key, (first, last) = max(self._span.items(), key=lambda kv: kv[1][1] - kv[1][0])
+        longest = max(last - first, 1)
+        spacing = longest / max(len(self._series.get(key, ())), 1)
+        over = self.bytes / (self.limit / 2)
         width = max(self.width * 2, 1)
-        while width * per_series <= longest:
+        while width < spacing * over:
             width *= 2
         while True:
             self._rebin(width)
-            if self.bytes <= self.limit or width > 2 * longest:
+            if self.bytes <= self.limit // 2 or width > 2 * longest:
                 break
             width *= 2
-        # More series than the budget holds, one bin each: wait until the bins have doubled
-        # before widening again (each widening walks every bin).
+        # More series than the budget holds, a bin or two each: wait until the bins have
+        # doubled before widening again (each widening walks every bin).
         self._threshold = max(self.limit, 2 * self.bytes)
 
     def _rebin(self, width: int) -> None:
         self.width = width
-        kept = size = 0
+        kept = len(self._first)
+        size = sum(sample_bytes(s.values) for s in self._first.values())
         for key, bins in self._series.items():
             wider: dict[int, _Bin] = {}
             for b in bins.values():
@@ -242,23 +300,33 @@ class SampleBins:
         self.kept, self.bytes = kept, size
 
     def samples(self, take: bool = False) -> list[Sample]:
-        """The bins as Samples. take: hand them over, emptying this (no second copy in
+        """What is kept, as Samples. take: hand them over, emptying this (no second copy in
         memory: a record's timeline is built once)."""
-        out: list[Sample] = []
+        if self._plain is not None:
+            out = self._plain if take else list(self._plain)
+            if take:
+                self._plain = []
+            return out
+        out = list(self._first.values())
         for (wid, scope, pid, tid), bins in list(self._series.items()):
             if take:
                 del self._series[(wid, scope, pid, tid)]
             out.extend(Sample(wid, b.t, scope, pid, b.result(take), tid) for b in bins.values())
+        if take:
+            self._first = {}
         return out
 
     def note(self) -> str | None:
         """What the binning did, for each worker's notes; None while nothing was binned."""
         if not self.width:
             return None
+        over = (f"; {len(self._span):,} series take more than that at a bin or two each"
+                if self.bytes > self.limit else "")
         return (f"samples binned to stay within {fmt_bytes(self.limit)}: {self.seen:,} read, "
-                f"{self.kept:,} kept, in bins of {fmt_seconds(self.width / 1e9)} (a bin holds "
-                "the last value of cumulative counters, the mean of percentages and other "
-                "rates, the max of memory and counts)")
+                f"{self.kept:,} kept, in bins of {fmt_seconds(self.width / 1e9)}{over} (each "
+                "series keeps its first sample; a bin holds the last value of cumulative "
+                "counters, the mean of percentages and other rates, the min of available or "
+                "free memory, the max of other memory and counts)")
 
 
 class TimelineBuilder:
