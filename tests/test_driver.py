@@ -305,7 +305,11 @@ def test_live_rows_flag_a_straggler(clean_env):
             wrapped(i)
         assert sub.wait(jobs=4, timeout=30)
         with monitor(interval=0.05, endpoint=sub.endpoint, name="slow-one"):
-            assert _eventually(lambda: any(r["straggler"] for r in sub.live()), timeout=10)
+            # A job's first sample has no CPU rate yet (too close to the last one), and the
+            # live view takes a worker's sample at most 5 times a second: under load the
+            # flag can come before a sample with a rate does. Wait for both.
+            assert _eventually(lambda: any(r["straggler"] and r["cpu_percent"] is not None
+                                           for r in sub.live()), timeout=10)
             (row,) = sub.live()
             assert row["job"] == "slow-one" and row["status"] == "running"
             assert row["cpu_percent"] is not None and row["rss_bytes"] > 0 and row["lost"] == 0
