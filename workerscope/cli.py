@@ -178,12 +178,15 @@ def partial_path(out: str) -> str:
 
 
 def _remove(path: str) -> None:
+    """Remove the partial record once the output holds everything. One that was never
+    written (the sidecar said why when it could not open it) is left alone."""
+    if not os.path.lexists(path):
+        return
     try:
         os.unlink(path)
-    except FileNotFoundError:
-        pass  # never written (sampling was off, or the path could not be written)
     except OSError as err:
-        print(f"workerscope: could not remove {path}: {err}", file=sys.stderr)
+        print(f"workerscope: could not remove {path} (the output holds all it did): {err}",
+              file=sys.stderr)
 
 
 def _ending() -> None:
