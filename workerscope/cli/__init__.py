@@ -14,17 +14,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from . import protocol
-from .config import resolve
-from .errors import WorkerscopeError
-from .export import files as _files  # noqa: F401 - registers the formats -o may name
-from .protocol import Status
-from .timeline import Timeline, check_output_path
-from .units import fmt_bytes, fmt_percent
+from .. import protocol
+from ..config import resolve
+from ..errors import WorkerscopeError
+from ..export import files as _files  # noqa: F401 - registers the formats -o may name
+from ..protocol import Status
+from ..timeline import Timeline, check_output_path
+from ..units import fmt_bytes, fmt_percent
 
 if TYPE_CHECKING:
-    from .driver.subscriber import Subscriber
-    from .worker.link import SidecarLink
+    from ..driver.subscriber import Subscriber
+    from ..worker.link import SidecarLink
 
 
 def _summary(timeline: Timeline) -> str:
@@ -89,7 +89,7 @@ def _sidecar_here() -> Callable[[socket.socket], None]:
     before that thread starts."""
     import logging
 
-    from .sidecar.service import Sidecar
+    from ..sidecar.service import Sidecar
 
     # What the sidecar must say goes to stderr, as it did from a process of its own.
     logging.basicConfig(format="workerscope: %(message)s", level=logging.WARNING)
@@ -104,8 +104,8 @@ def _sidecar_here() -> Callable[[socket.socket], None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .builder import build
-    from .worker.link import SidecarLink
+    from ..builder import build
+    from ..worker.link import SidecarLink
 
     if not args.cmd:
         raise WorkerscopeError("nothing to run: give a command after --, e.g. workerscope run -- make")
@@ -229,8 +229,8 @@ def _wait_exit(pid: int, seconds: float | None, stop: threading.Event) -> bool:
 def cmd_attach(args: argparse.Namespace) -> int:
     """Sample a process tree that is already running, until it exits, --duration passes or
     Ctrl-C; then write the timeline."""
-    from .builder import build
-    from .worker.link import SidecarLink
+    from ..builder import build
+    from ..worker.link import SidecarLink
 
     if not os.path.exists(f"/proc/{args.pid}"):
         raise WorkerscopeError(f"no process {args.pid}")
@@ -289,9 +289,9 @@ def _save(timeline: Timeline, out: str, stem: str) -> None:
 
 
 def cmd_listen(args: argparse.Namespace) -> int:
-    from .driver.keys import key_from_file
-    from .driver.subscriber import Subscriber
-    from .export.terminal import frame_line
+    from ..driver.keys import key_from_file
+    from ..driver.subscriber import Subscriber
+    from ..export.terminal import frame_line
 
     if args.output:
         check_output_path(args.output)
@@ -353,7 +353,7 @@ def _live(sub: Subscriber, jobs: int | None, stop: threading.Event) -> None:
     """Redraw the live view about once a second until `jobs` jobs ended, or Ctrl-C."""
     import shutil
 
-    from .export.live import CLEAR, render
+    from ..export.live import CLEAR, render
 
     while not stop.is_set():
         width = shutil.get_terminal_size((100, 24)).columns
@@ -368,7 +368,7 @@ def _live(sub: Subscriber, jobs: int | None, stop: threading.Event) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .record import load
+    from ..record import load
 
     outputs = [path for path in (args.html, args.json, args.pftrace, args.csv, args.wsc, args.png)
                if path]
@@ -388,7 +388,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     import shutil
 
-    from .export.terminal import report
+    from ..export.terminal import report
 
     width = shutil.get_terminal_size((100, 24)).columns
     sys.stdout.write(report(timeline, width=width, color=sys.stdout.isatty()))
@@ -396,7 +396,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import jobs_seconds, run_demo
+    from ..demo import jobs_seconds, run_demo
 
     t0 = time.perf_counter()
     timeline, paths = run_demo(args.output_dir, workers=args.workers, tasks=args.tasks)
