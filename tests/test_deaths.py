@@ -3,11 +3,11 @@ OOM-killed worker, one killed by SIGKILL, one that exited inside its job, and a 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 
 import pytest
+from factories import job, job_span, sample, span, worker
 from test_html import _Dom, chromium, drawn, open_page
 
 from workerscope.export.attribution import DIED, function_table, workers_table
@@ -15,7 +15,7 @@ from workerscope.export.chrome import to_chrome
 from workerscope.export.html import to_html
 from workerscope.export.terminal import gantt, jobs_table, report, workers_text
 from workerscope.protocol import Status
-from workerscope.timeline import Job, Sample, Span, Timeline, Worker
+from workerscope.timeline import Span, Timeline
 
 S = 1_000_000_000
 MIB = 1024 * 1024
@@ -34,21 +34,20 @@ OOM_DEATH = {"cause": "oom", "pid": 100, "signal": 9, "oom_kills": 1,
                            "total-vm:300000kB, anon-rss:85000kB"}
 
 
-def cut_short(span: Span) -> Span:
-    """The span marked cut short: Span.cut_short where the field exists, else the attribute
-    the views read with getattr (the field lands in timeline.py separately)."""
-    if "cut_short" in {f.name for f in dataclasses.fields(Span)}:
-        return dataclasses.replace(span, cut_short=True)  # type: ignore[call-arg]
-    object.__setattr__(span, "cut_short", True)
-    return span
-
-
 def _job(t: Timeline, wid: str, pid: int, start: float, end: float, status: str,
          error: str | None = None, death: dict | None = None, name: str = "train") -> None:
-    t.jobs.append(Job(wid, 1, name, T0 + int(start * S), T0 + int(end * S), status, error, pid,
-                      pid, None, death))
-    t.spans.append(Span(wid, 1, 1, None, name, T0 + int(start * S), T0 + int(end * S), pid, pid,
-                        {"status": status}, error if status != "ok" else None, "job"))
+    """Job 1 of `wid` from `start` to `end` s past T0, and its job span."""
+    j = job(worker=wid, name=name, start_ns=T0 + int(start * S), end_ns=T0 + int(end * S),
+            status=status, error=error, pid=pid, death=death)
+    t.jobs.append(j)
+    t.spans.append(job_span(j))
+
+
+def _span(wid: str, pid: int, sid: int, name: str, start: float, end: float,
+          **fields: object) -> Span:
+    """Span `sid` of job 1 under the job's span, from `start` to `end` s past T0."""
+    return span(worker=wid, job=1, id=sid, parent=1, name=name, start_ns=T0 + int(start * S),
+                end_ns=T0 + int(end * S), pid=pid, **fields)
 
 
 def death_timeline() -> Timeline:
@@ -58,36 +57,35 @@ def death_timeline() -> Timeline:
     t = Timeline()
     for wid, pid, status in ((OOM, 100, "killed"), (SIGKILLED, 200, "killed"),
                              (EXITED, 300, "killed"), (HEALTHY, 400, "exited")):
-        t.workers[wid] = Worker(wid, host=wid.split(":")[0], pid=pid, status=status,
-                                interval=0.5)
+        t.workers[wid] = worker(wid, status=status, interval=0.5)
     t.workers[OOM].notes.append(f"died inside a job: {OOM_ERROR}")
     _job(t, OOM, 100, 0, 6, "oom_killed", OOM_ERROR, OOM_DEATH)
-    t.spans.append(Span(OOM, 1, 2, 1, "load", T0 + 1 * S, T0 + 2 * S, 100, 100))
-    t.spans.append(cut_short(Span(OOM, 1, 3, 1, "grow", T0 + 3 * S, T0 + 6 * S, 100, 100)))
+    t.spans.append(_span(OOM, 100, 2, "load", 1, 2))
+    t.spans.append(_span(OOM, 100, 3, "grow", 3, 6, cut_short=True))
     _job(t, SIGKILLED, 200, 1, 4, "killed", "killed by SIGKILL", {"cause": "signal", "signal": 9})
-    t.spans.append(cut_short(Span(SIGKILLED, 1, 2, 1, "grow", T0 + 2 * S, T0 + 4 * S, 200, 200)))
+    t.spans.append(_span(SIGKILLED, 200, 2, "grow", 2, 4, cut_short=True))
     _job(t, EXITED, 300, 1, 5, "killed", "exited inside the job with status 3",
          {"cause": "exit", "exit_status": 3})
     _job(t, HEALTHY, 400, 0, 10, "ok")
-    t.spans.append(Span(HEALTHY, 1, 2, 1, "parse", T0 + 2 * S, T0 + 3 * S, 400, 400,
-                        {"traceback": "Traceback (most recent call last):\n  File \"x.py\", "
-                                      "line 3, in parse\nValueError: bad row 7"},
-                        "ValueError: bad row 7"))
+    t.spans.append(_span(HEALTHY, 400, 2, "parse", 2, 3,
+                         attrs={"traceback": "Traceback (most recent call last):\n  File "
+                                             "\"x.py\", line 3, in parse\nValueError: bad row 7"},
+                         error="ValueError: bad row 7"))
     t.processes.update({(OOM, 100): "python", (OOM, 102): "stress", (OOM, 103): "gzip"})
     for k in range(13):  # h1: samples every 0.5 s until 6 s
         ts = T0 + k * S // 2
         rss = {100: 20 * MIB + k * 4 * MIB, 102: 5 * MIB + k * 2 * MIB, 103: 3 * MIB}
         cpu = {100: 90.0, 102: 40.0 + k, 103: 5.0}
         for pid in (100, 102, 103):
-            t.samples.append(Sample(OOM, ts, "proc", pid, {
-                "rss_bytes": float(rss[pid]), "cpu_percent": cpu[pid],
-                "cpu_user_s": cpu[pid] / 100 * k / 2, "cpu_system_s": 0.0}))
-        t.samples.append(Sample(OOM, ts, "tree", 100, {
-            "rss_bytes": float(sum(rss.values())), "cpu_percent": sum(cpu.values())}))
-        t.samples.append(Sample(OOM, ts, "host", None, {"cgroup_mem_limit_bytes": 64.0 * MIB}))
+            t.samples.append(sample(worker=OOM, t_ns=ts, scope="proc", pid=pid,
+                                    rss_bytes=float(rss[pid]), cpu_percent=cpu[pid],
+                                    cpu_user_s=cpu[pid] / 100 * k / 2, cpu_system_s=0.0))
+        t.samples.append(sample(worker=OOM, t_ns=ts, pid=100, rss_bytes=float(sum(rss.values())),
+                                cpu_percent=sum(cpu.values())))
+        t.samples.append(sample(worker=OOM, t_ns=ts, scope="host", cgroup_mem_limit_bytes=64.0 * MIB))
     for k in range(21):
-        t.samples.append(Sample(HEALTHY, T0 + k * S // 2, "tree", 400,
-                                {"rss_bytes": 30.0 * MIB, "cpu_percent": 50.0}))
+        t.samples.append(sample(worker=HEALTHY, t_ns=T0 + k * S // 2, pid=400,
+                                rss_bytes=30.0 * MIB, cpu_percent=50.0))
     t.sort()
     return t
 
@@ -225,8 +223,8 @@ def showcase_timeline() -> Timeline:
     gib = 1024 * MIB
     t = Timeline()
     oom, ok = "node1:4121:4122", "node1:4200:4201"
-    t.workers[oom] = Worker(oom, host="node1", pid=4121, status="killed", interval=0.25)
-    t.workers[ok] = Worker(ok, host="node1", pid=4200, status="exited", interval=0.25)
+    t.workers[oom] = worker(oom, status="killed", interval=0.25)
+    t.workers[ok] = worker(ok, status="exited", interval=0.25)
     error = ("OOM-killed: cgroup limit 2.0 GiB, last RSS 1.1 GiB, peak RSS 1.1 GiB (kernel log: "
              "Killed process 4121 (python))")
     death = {"cause": "oom", "pid": 4121, "signal": 9, "oom_kills": 1,
@@ -244,9 +242,8 @@ def showcase_timeline() -> Timeline:
         while x < stop - 0.05:
             for name, d in (("load_batch", 0.35), ("augment", 0.45), ("forward", 0.6)):
                 end = min(x + d, stop)
-                span = Span(wid, 1, next(sid), 1, name, T0 + int(x * S), T0 + int(end * S),
-                            pid, pid)
-                t.spans.append(cut_short(span) if end >= stop and pid == 4121 else span)
+                t.spans.append(_span(wid, pid, next(sid), name, x, end,
+                                     cut_short=end >= stop and pid == 4121))
                 x = end + 0.05
                 if x >= stop:
                     break
@@ -262,22 +259,22 @@ def showcase_timeline() -> Timeline:
         cpus = {4121: 95.0 + 3 * (k % 3), **{4130 + j: 20.0 + 7 * j for j in range(6)}}
         if sec <= 7.25:
             for pid, rss in procs.items():
-                t.samples.append(Sample(oom, ts, "proc", pid, {"rss_bytes": rss,
-                                                               "cpu_percent": cpus[pid]}))
-            t.samples.append(Sample(oom, ts, "tree", 4121, {
-                "rss_bytes": sum(procs.values()), "cpu_percent": sum(cpus.values()),
-                "read_bytes": 4e7 * sec, "write_bytes": 1e6 * sec}))
-            t.samples.append(Sample(oom, ts, "host", None, {"cgroup_mem_limit_bytes": 2.0 * gib}))
-        t.samples.append(Sample(ok, ts, "host", None, {  # the node's, read by one of them
-            "net_recv_bytes": 9e7 * sec + 4e6 * (k % 4), "net_sent_bytes": 1e7 * sec}))
-        t.samples.append(Sample(ok, ts, "gpu0", None, {
-            "util_percent": 0.0 if sec < 0.5 else 88.0 + 4 * (k % 3),
-            "mem_used_bytes": (12 + min(sec, 1) * 40) * gib}))
-        t.samples.append(Sample(ok, ts, "proc", 4200, {"rss_bytes": 0.6 * gib + 2e6 * (k % 5),
-                                                       "cpu_percent": 99.0}))
-        t.samples.append(Sample(ok, ts, "tree", 4200, {
-            "rss_bytes": 0.6 * gib + 2e6 * (k % 5), "cpu_percent": 99.0,
-            "read_bytes": 3e7 * sec, "write_bytes": 5e5 * sec}))
+                t.samples.append(sample(worker=oom, t_ns=ts, scope="proc", pid=pid,
+                                        rss_bytes=rss, cpu_percent=cpus[pid]))
+            t.samples.append(sample(worker=oom, t_ns=ts, pid=4121, rss_bytes=sum(procs.values()),
+                                    cpu_percent=sum(cpus.values()), read_bytes=4e7 * sec,
+                                    write_bytes=1e6 * sec))
+            t.samples.append(sample(worker=oom, t_ns=ts, scope="host",
+                                    cgroup_mem_limit_bytes=2.0 * gib))
+        t.samples.append(sample(worker=ok, t_ns=ts, scope="host",  # the node's, read by one of them
+                                net_recv_bytes=9e7 * sec + 4e6 * (k % 4), net_sent_bytes=1e7 * sec))
+        t.samples.append(sample(worker=ok, t_ns=ts, scope="gpu0",
+                                util_percent=0.0 if sec < 0.5 else 88.0 + 4 * (k % 3),
+                                mem_used_bytes=(12 + min(sec, 1) * 40) * gib))
+        t.samples.append(sample(worker=ok, t_ns=ts, scope="proc", pid=4200,
+                                rss_bytes=0.6 * gib + 2e6 * (k % 5), cpu_percent=99.0))
+        t.samples.append(sample(worker=ok, t_ns=ts, pid=4200, rss_bytes=0.6 * gib + 2e6 * (k % 5),
+                                cpu_percent=99.0, read_bytes=3e7 * sec, write_bytes=5e5 * sec))
     t.sort()
     return t
 

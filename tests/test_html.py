@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -15,11 +16,12 @@ import time
 from html.parser import HTMLParser
 
 import pytest
+from factories import job, job_span, sample, span, timeline, worker
 
 from workerscope import monitor, timed
 from workerscope.export import html as html_export
 from workerscope.export.html import to_html
-from workerscope.timeline import Job, Sample, Span, Timeline, Worker
+from workerscope.timeline import Timeline
 
 PLOTS = ("plot-cpu", "plot-mem", "plot-io", "plot-net", "plot-gpu", "plot-gpumem")
 NASTY = "</script><script>alert(1)</script>"
@@ -39,8 +41,7 @@ def synthetic(workers: int = 16, spans: int = 50_000, seconds: float = 20.0,
     count = 0
     for w in range(workers):
         wid, pid = f"host{w // 8}:{1000 + w}", 1000 + w
-        t.workers[wid] = Worker(wid, host=f"host{w // 8}", pid=pid, interval=interval,
-                                status="killed" if w == killed else "exited",
+        t.workers[wid] = worker(wid, interval=interval, status="killed" if w == killed else "exited",
                                 notes=["gpu0: power_w not supported"] if w == 0 else [])
         slot = seconds / 2 * (1.0 if w == workers - 1 else 0.6)  # the last one straggles
         job_ns = int(slot * 1e9 * 0.95)
@@ -56,17 +57,18 @@ def synthetic(workers: int = 16, spans: int = 50_000, seconds: float = 20.0,
             if w == killed and j == 1:
                 end, status = j0 + job_ns // 2, "killed"
                 died_at = end
-            t.jobs.append(Job(wid, jid, "train", j0, end, status, None, pid, pid))
-            t.spans.append(Span(wid, jid, jid, None, "train", j0, end, pid, pid,
-                                {"status": status}, None if status == "ok" else status, "job"))
+            t.jobs.append(job(worker=wid, id=jid, name="train", start_ns=j0, end_ns=end,
+                              status=status, pid=pid))
+            t.spans.append(job_span(t.jobs[-1], error=None if status == "ok" else status))
             count += 1
             for k in range(steps):
                 s0 = j0 + k * step_ns
                 if s0 + step_ns > end:
                     break
                 sid = next(ids)
-                t.spans.append(Span(wid, jid, sid, jid, "step", s0, s0 + step_ns - 1000, pid,
-                                    pid, {"step": k}))
+                t.spans.append(span(worker=wid, job=jid, id=sid, parent=jid, name="step",
+                                    start_ns=s0, end_ns=s0 + step_ns - 1000, pid=pid,
+                                    attrs={"step": k}))
                 parts = (("load", 0.2), ("compute", 0.6), ("save", 0.15))
                 c0 = s0
                 for name, share in parts:
@@ -74,10 +76,12 @@ def synthetic(workers: int = 16, spans: int = 50_000, seconds: float = 20.0,
                     c1 = c0 + int(step_ns * share)
                     count += 1
                     err = "ValueError: bad batch" if count % 97 == 0 else None
-                    t.spans.append(Span(wid, jid, cid, sid, name, c0, c1, pid, pid, None, err))
+                    t.spans.append(span(worker=wid, job=jid, id=cid, parent=sid, name=name,
+                                        start_ns=c0, end_ns=c1, pid=pid, error=err))
                     if name == "compute":
-                        t.spans.append(Span(wid, jid, next(ids), cid, "kernel", c0 + 1000,
-                                            c1 - 1000, pid, pid + 1, {"grid": [64, 1]}))
+                        t.spans.append(span(worker=wid, job=jid, id=next(ids), parent=cid,
+                                            name="kernel", start_ns=c0 + 1000, end_ns=c1 - 1000,
+                                            pid=pid, tid=pid + 1, attrs={"grid": [64, 1]}))
                     c0 = c1
                 count += 2
         stop = died_at or origin + int(seconds * 1e9)
@@ -91,16 +95,16 @@ def synthetic(workers: int = 16, spans: int = 50_000, seconds: float = 20.0,
             rss = max(rss + rnd.uniform(-5e6, 6e6), 5e7)
             read += rnd.uniform(0, 2e6)
             net += rnd.uniform(0, 1e5)
-            t.samples.append(Sample(wid, ts, "tree", pid, {
-                "cpu_percent": cpu, "cpu_user_s": cpu_s, "cpu_system_s": 0.0, "rss_bytes": rss,
-                "read_bytes": read, "write_bytes": read / 2}))
-            t.samples.append(Sample(wid, ts, "proc", pid, {
-                "cpu_user_s": cpu_s, "cpu_system_s": 0.0, "rss_bytes": rss,
-                "peak_rss_bytes": rss * 1.1, "read_bytes": read, "write_bytes": read / 2}))
-            t.samples.append(Sample(wid, ts, "host", None, {
-                "cpu_percent": cpu / 4, "net_sent_bytes": net, "net_recv_bytes": 2 * net}))
-            t.samples.append(Sample(wid, ts, "gpu0", None, {
-                "util_percent": rnd.uniform(0, 100), "mem_used_bytes": 4e9 + w * 1e8}))
+            t.samples.append(sample(worker=wid, t_ns=ts, pid=pid, cpu_percent=cpu,
+                                    cpu_user_s=cpu_s, cpu_system_s=0.0, rss_bytes=rss,
+                                    read_bytes=read, write_bytes=read / 2))
+            t.samples.append(sample(worker=wid, t_ns=ts, scope="proc", pid=pid, cpu_user_s=cpu_s,
+                                    cpu_system_s=0.0, rss_bytes=rss, peak_rss_bytes=rss * 1.1,
+                                    read_bytes=read, write_bytes=read / 2))
+            t.samples.append(sample(worker=wid, t_ns=ts, scope="host", cpu_percent=cpu / 4,
+                                    net_sent_bytes=net, net_recv_bytes=2 * net))
+            t.samples.append(sample(worker=wid, t_ns=ts, scope="gpu0",
+                                    util_percent=rnd.uniform(0, 100), mem_used_bytes=4e9 + w * 1e8))
             n += 1
     t.sort()
     return t
@@ -208,9 +212,7 @@ def test_page_is_self_contained_and_survives_hostile_names(tmp_path):
     w = next(iter(t.workers.values()))
     w.notes.append(NASTY)
     victim = t.spans[5]
-    t.spans[5] = Span(victim.worker, victim.job, victim.id, victim.parent, NASTY,
-                      victim.start_ns, victim.end_ns, victim.pid, victim.tid, {NASTY: NASTY},
-                      NASTY)
+    t.spans[5] = dataclasses.replace(victim, name=NASTY, attrs={NASTY: NASTY}, error=NASTY)
     page, dom = render(t, tmp_path, title=NASTY)
     assert not re.search(r"https?://", page)
     assert not re.search(r"<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=", page, re.I)
@@ -283,17 +285,20 @@ def test_empty_and_damaged_timelines_render(tmp_path):
     page, dom = render(Timeline(), tmp_path, name="empty.html")
     assert "empty timeline" in page and drawn(dom, "gantt") > (0, 0)
     o = 10**18
-    t = Timeline(workers={"a": Worker("a", host="h", pid=1, status="sidecar_lost")})
-    t.jobs.append(Job("a", 1, "j", o, None, "running", None, 1, 1))
-    t.spans += [Span("a", 1, 1, None, "j", o, o, 1, 1, {"status": "running"}, None, "job"),
-                Span("ghost", None, 5, None, "orphan", o, o + 10**6, 7, 7, {(1, 2): math.nan},
-                     "boom"),
-                Span("a", 1, 9, 8, "cycle", o + 10, o + 10**6, 1, 1),
-                Span("a", 1, 8, 9, "cycle", o + 10, o + 10**6, 1, 1)]
-    for i in range(20):
-        t.samples.append(Sample("a", o + i * 10**8, "tree", 1, {
-            "cpu_percent": math.inf if i == 3 else 50.0, "rss_bytes": math.nan if i == 4 else 1e6,
-            "read_bytes": 100.0 * i, "write_bytes": 0}))
+    open_job = job(worker="a", name="j", start_ns=o, status="running")
+    t = timeline(
+        workers=[worker("a", status="sidecar_lost")], jobs=[open_job],
+        spans=[job_span(open_job),
+               span(worker="ghost", id=5, name="orphan", start_ns=o, end_ns=o + 10**6, pid=7,
+                    attrs={(1, 2): math.nan}, error="boom"),
+               span(worker="a", job=1, id=9, parent=8, name="cycle", start_ns=o + 10,
+                    end_ns=o + 10**6),
+               span(worker="a", job=1, id=8, parent=9, name="cycle", start_ns=o + 10,
+                    end_ns=o + 10**6)],
+        samples=[sample(worker="a", t_ns=o + i * 10**8, pid=1,
+                        cpu_percent=math.inf if i == 3 else 50.0,
+                        rss_bytes=math.nan if i == 4 else 1e6, read_bytes=100.0 * i, write_bytes=0)
+                 for i in range(20)], sort=False)
     page, dom = render(t, tmp_path, name="odd.html")
     assert "sidecar_lost" in page
     for cid in ("gantt", *PLOTS):

@@ -6,12 +6,12 @@ import csv
 import io
 import os
 
+from factories import job, job_span, sample, span, timeline, worker
 from helpers import run_cli
 
 from workerscope import Timeline
 from workerscope.export.csv import to_csv
 from workerscope.export.terminal import gantt, report
-from workerscope.timeline import Job, Sample, Span, Worker
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
 S = 1_000_000_000
@@ -21,27 +21,29 @@ def fixed_timeline() -> Timeline:
     """Two workers over 10 s: a healthy one with nested spans and a failed call, and one
     killed at 6 s in the middle of its job."""
     t0 = 1_700_000_000 * S
-    t = Timeline(workers={"n1/a:100:101": Worker("n1/a:100:101", host="a", pid=100, status="exited"),
-                          "b:200:201": Worker("b:200:201", host="b", pid=200, status="killed",
-                                              lost=3, notes=["gpu: NVML found no NVIDIA device"])})
-    t.jobs = [Job("n1/a:100:101", 1, "task", t0, t0 + 10 * S, "ok", None, 100, 100),
-              Job("b:200:201", 1, "task", t0 + 1 * S, t0 + 6 * S, "killed", None, 200, 200)]
-    t.spans = [Span("n1/a:100:101", 1, 1, None, "task", t0, t0 + 10 * S, 100, 100, kind="job"),
-               Span("n1/a:100:101", 1, 2, 1, "load", t0 + 1 * S, t0 + 4 * S, 100, 100),
-               Span("n1/a:100:101", 1, 3, 2, "parse", t0 + 2 * S, t0 + 3 * S, 100, 100),
-               Span("n1/a:100:101", 1, 4, 1, "save", t0 + 7 * S, t0 + 8 * S, 100, 100,
-                    error="OSError"),
-               Span("b:200:201", 1, 1, None, "task", t0 + 1 * S, t0 + 6 * S, 200, 200, kind="job"),
-               Span("b:200:201", 1, 2, 1, "load", t0 + 2 * S, t0 + 5 * S, 200, 200)]
-    for k in range(11):
-        t.samples.append(Sample("n1/a:100:101", t0 + k * S, "tree", 100,
-                                {"cpu_percent": 10.0 * k, "rss_bytes": 1e6 * k,
-                                 "cpu_user_s": k * 0.5, "cpu_system_s": 0.0}))
-    for k in range(1, 7):
-        t.samples.append(Sample("b:200:201", t0 + k * S, "tree", 200,
-                                {"cpu_percent": 200.0 if k > 2 else 50.0, "rss_bytes": 5e5}))
-    t.sort()
-    return t
+    a, b = "n1/a:100:101", "b:200:201"
+    jobs = [job(worker=a, name="task", start_ns=t0, end_ns=t0 + 10 * S, pid=100),
+            job(worker=b, name="task", start_ns=t0 + 1 * S, end_ns=t0 + 6 * S, status="killed",
+                pid=200)]
+    return timeline(
+        workers=[worker(a, status="exited"),
+                 worker(b, status="killed", lost=3, notes=["gpu: NVML found no NVIDIA device"])],
+        jobs=jobs,
+        spans=[*(job_span(j, attrs=None) for j in jobs),
+               span(worker=a, job=1, id=2, parent=1, name="load", start_ns=t0 + 1 * S,
+                    end_ns=t0 + 4 * S, pid=100),
+               span(worker=a, job=1, id=3, parent=2, name="parse", start_ns=t0 + 2 * S,
+                    end_ns=t0 + 3 * S, pid=100),
+               span(worker=a, job=1, id=4, parent=1, name="save", start_ns=t0 + 7 * S,
+                    end_ns=t0 + 8 * S, pid=100, error="OSError"),
+               span(worker=b, job=1, id=2, parent=1, name="load", start_ns=t0 + 2 * S,
+                    end_ns=t0 + 5 * S, pid=200)],
+        samples=[*(sample(worker=a, t_ns=t0 + k * S, pid=100, cpu_percent=10.0 * k,
+                          rss_bytes=1e6 * k, cpu_user_s=k * 0.5, cpu_system_s=0.0)
+                   for k in range(11)),
+                 *(sample(worker=b, t_ns=t0 + k * S, pid=200,
+                          cpu_percent=200.0 if k > 2 else 50.0, rss_bytes=5e5)
+                   for k in range(1, 7))])
 
 
 def golden(name: str, text: str) -> str:
@@ -128,8 +130,9 @@ def test_report_fits_the_width_it_is_given():
     from workerscope.export.terminal import functions_table
 
     t = death_timeline()
-    t.spans.append(Span("h4:400:401", 1, 9, 1, "package.module.Class.a_rather_long_method_name",
-                        t.spans[0].start_ns, t.spans[0].start_ns + S, 400, 400))
+    t.spans.append(span(worker="h4:400:401", job=1, id=9, parent=1,
+                        name="package.module.Class.a_rather_long_method_name",
+                        start_ns=t.spans[0].start_ns, end_ns=t.spans[0].start_ns + S, pid=400))
     t.workers["h4:400:401"].notes.append("gpu: NVML found no NVIDIA device; " * 4)
     for width in (60, 80, 100):
         text = report(t, width=width)
@@ -147,16 +150,16 @@ def test_a_note_many_workers_gave_is_said_once():
     gave names how many and which; a note only one worker gave stays against that worker."""
     no_gpu = "gpu: no NVIDIA GPU metrics (NVML Shared Library Not Found)"
     t0 = 1_700_000_000 * S
-    t = Timeline()
+    workers, jobs, samples = [], [], []
     for k in range(8):
         wid = f"h{k}:{100 + k}:{200 + k}"
-        t.workers[wid] = Worker(wid, host=f"h{k}", pid=100 + k, status="exited",
-                                notes=[no_gpu] + (["gpu0: power_w not supported"] if k < 2 else [])
-                                + (["tree: 3 children vanished mid-sample"] if k == 5 else []))
-        t.jobs.append(Job(wid, 1, "task", t0, t0 + 2 * S, "ok", None, 100 + k, 100 + k))
-        t.spans.append(Span(wid, 1, 1, None, "task", t0, t0 + 2 * S, 100 + k, 100 + k, kind="job"))
-        t.samples.append(Sample(wid, t0 + S, "tree", 100 + k, {"cpu_percent": 50.0}))
-    t.sort()
+        workers.append(worker(wid, status="exited",
+                              notes=[no_gpu, *(["gpu0: power_w not supported"] if k < 2 else []),
+                                     *(["tree: 3 children vanished mid-sample"] if k == 5 else [])]))
+        jobs.append(job(worker=wid, name="task", start_ns=t0, end_ns=t0 + 2 * S, pid=100 + k))
+        samples.append(sample(worker=wid, t_ns=t0 + S, pid=100 + k, cpu_percent=50.0))
+    t = timeline(workers=workers, jobs=jobs, spans=[job_span(j, attrs=None) for j in jobs],
+                 samples=samples)
     text = report(t, width=100)
     notes = text[text.index("notes:\n"):].splitlines()[1:]
     assert notes == ["  all 8 workers: " + no_gpu,
