@@ -1,0 +1,131 @@
+"""`workerscope listen`: collect the streams of many workers into one timeline."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..timeline import check_output_path
+from ._common import restore_ctrl_c, save, stop_on_ctrl_c
+
+if TYPE_CHECKING:
+    import argparse
+
+    from .. import protocol
+    from ..driver.subscriber import Subscriber
+    from ._common import Subparsers
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    """The `listen` command and its options."""
+    p = subparsers.add_parser("listen", help="collect the streams of many workers",
+                              description="Receives the frames of many workers' sidecars and "
+                                          "merges them into one timeline. Its first line is "
+                                          "'listening on ENDPOINT': give the workers that "
+                                          "endpoint (run/attach --endpoint, "
+                                          "WORKERSCOPE_ENDPOINT, or profiled(..., endpoint=)). "
+                                          "Stops after --jobs jobs have ended, or on Ctrl-C.")
+    p.add_argument("--bind", default="tcp://127.0.0.1:0",
+                   help="address to listen on (default: a free loopback port)")
+    p.add_argument("-o", "--output", help="a .wsc: record every frame there as it arrives "
+                   "(readable even if this is killed); another format: write the merged "
+                   "timeline there at the end")
+    p.add_argument("--key-file", help="keep the driver's key here (made 0600 on first use): "
+                   "listen again with it and the endpoint stays the same")
+    p.add_argument("--insecure", action="store_true", help="tcp:// in plain text, no key: "
+                   "anyone who can reach the port can send frames")
+    p.add_argument("--jobs", type=int, help="stop after this many jobs ended")
+    p.add_argument("-q", "--quiet", action="store_true", help="no line per frame")
+    p.add_argument("--live", action="store_true",
+                   help="a live table of all workers, redrawn every second")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Listen until --jobs jobs ended or Ctrl-C, printing a line per frame or a live view;
+    record every frame to a .wsc as it comes, or write the merged timeline at the end."""
+    from ..driver.keys import key_from_file
+    from ..driver.subscriber import Subscriber
+    from ..export.terminal import frame_line
+
+    if args.output:
+        check_output_path(args.output)
+    key = key_from_file(args.key_file) if args.key_file else None
+    quiet = args.quiet or args.live
+    record = args.output if args.output and args.output.lower().endswith(".wsc") else None
+    lines = _FrameLines(frame_line)
+    sub = Subscriber(args.bind, on_frame=None if quiet else lines, key=key,
+                     insecure=args.insecure, record=record)
+    lines.sub = sub
+    stop = stop_on_ctrl_c()
+    try:
+        with sub:
+            print(f"listening on {sub.endpoint}", flush=True)
+            if args.live:
+                _live(sub, args.jobs, stop)
+            else:
+                _wait(sub, args.jobs, stop)
+            if stop.is_set():
+                print("stopped", file=sys.stderr)
+            if record is None and args.output:
+                # Everything received so far is in the timeline, Ctrl-C or not.
+                timeline = sub.timeline()
+    finally:
+        restore_ctrl_c()
+    if record is not None:
+        print(f"workerscope: recorded {sub.record_frames} frame(s) to {record}", file=sys.stderr)
+    elif args.output:
+        save(timeline, args.output, f"workerscope-listen-{os.getpid()}")
+    return 0
+
+
+class _FrameLines:
+    """The on_frame of a listen that is not quiet: a line per frame, and a `lost` line when
+    a worker's count of lost frames grows."""
+
+    def __init__(self, frame_line: Callable[[protocol.Frame], str]) -> None:
+        self.frame_line = frame_line
+        self.sub: Subscriber | None = None  # set once the Subscriber it serves is made
+        self.lost_seen: dict[str, int] = {}
+
+    def __call__(self, frame: protocol.Frame) -> None:
+        try:
+            line = self.frame_line(frame)
+        except (TypeError, ValueError):
+            line = f"{frame.kind:<9} {frame.worker}  (body not shown: unexpected values)"
+        print(line, flush=True)
+        lost = self.sub.lost.get(frame.worker, 0) if self.sub is not None else 0
+        seen = self.lost_seen.get(frame.worker, 0)
+        if lost > seen:
+            print(f"lost      {frame.worker}  {lost - seen} frame(s)", flush=True)
+            self.lost_seen[frame.worker] = lost
+
+
+def _wait(sub: Subscriber, jobs: int | None, stop: threading.Event) -> None:
+    """Wait until `jobs` jobs ended, or Ctrl-C."""
+    while not stop.is_set():
+        if jobs is not None and sub.wait(jobs=jobs, timeout=0.5):
+            return
+        if jobs is None:
+            stop.wait(0.5)
+
+
+def _live(sub: Subscriber, jobs: int | None, stop: threading.Event) -> None:
+    """Redraw the live view about once a second until `jobs` jobs ended, or Ctrl-C."""
+    import shutil
+
+    from ..export.live import CLEAR, render
+
+    while not stop.is_set():
+        width = shutil.get_terminal_size((100, 24)).columns
+        screen = render(sub.live(), sub.endpoint, width, sub.jobs_ended)
+        sys.stdout.write((CLEAR if sys.stdout.isatty() else "") + screen)
+        sys.stdout.flush()
+        if jobs is not None and sub.wait(jobs=jobs, timeout=1.0):
+            sys.stdout.write(render(sub.live(), sub.endpoint, width, sub.jobs_ended))
+            return
+        if jobs is None:
+            stop.wait(1.0)
