@@ -4,9 +4,11 @@ A ROUTER socket bound once; each sidecar's DEALER connects to it (a DEALER queue
 the driver is there: no slow-joiner loss for workers that start first). A background thread owns
 the socket (ZeroMQ sockets are not thread-safe), decodes frames, folds them into one Timeline,
 counts frames lost per worker from gaps in their seq numbers, acknowledges each bye, and pings
-each sidecar of another host to learn its clock offset (driver/receive.py, driver/clock.py).
-Here: the socket, its lifecycle and the queries. Live rows are kept in driver/live.py, the
-async iterator in driver/frames.py.
+each sidecar of another host to learn its clock offset: that thread is a Receiver
+(driver/receive.py, driver/replies.py, driver/clock.py), and what it counts and knows a
+ReceiveState that it alone changes (driver/state.py). Here: the socket, its lifecycle and the
+queries, answered from the ReceiveState with copies taken under its lock. Live rows are kept
+in driver/live.py, the async iterator in driver/frames.py.
 
 The driver is usually the user's own program, so nothing a sender does may crash it, bloat it
 or lie to it (docs/SECURITY.md): on tcp:// only holders of its key get in (CURVE, keys.py);
@@ -30,16 +32,14 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
-import psutil
 import zmq
 
 from .. import protocol
 from ..builder import TimelineBuilder
 from ..errors import WorkerscopeError
 from ..procfs import boot_id
-from ..protocol import Status
 from ..record import MAX_SAMPLE_BYTES, QUEUE_BYTES, Facts, RecordWriter, read_record
 from ..timeline import Timeline
 from ..transport import MAX_FRAME_BYTES
@@ -49,7 +49,9 @@ from .connections import Connections, connection_ceiling, local_key
 from .frames import FrameFanout
 from .keys import DriverKeys, ZapHandler
 from .live import LiveState
-from .receive import FrameReceiver
+from .receive import OnFrame, Receiver
+from .replies import Replies
+from .state import Limits, ReceiveState
 
 # Frames ZeroMQ queues per connection (RCVHWM): one more is held while it is being read, so a
 # connection holds at most (RECEIVE_QUEUE + 1) x MAX_FRAME_BYTES. ZeroMQ counts per connection,
@@ -69,7 +71,7 @@ PER_WORKER = 16 * 1024
 FIXED = 16 * 1024 * 1024
 
 
-class Subscriber(FrameReceiver):
+class Subscriber:
     """Receive the frames of many workers. Use as a context manager.
 
         with Subscriber() as sub:
@@ -95,21 +97,18 @@ class Subscriber(FrameReceiver):
     """
 
     def __init__(self, address: str = "tcp://127.0.0.1:0",
-                 on_frame: Callable[[protocol.Frame], None] | None = None,
+                 on_frame: OnFrame | None = None,
                  stale_after: float = 10.0, receive_queue: int = RECEIVE_QUEUE, *,
                  insecure: bool = False, key: str | None = None,
                  max_connections: int = MAX_CONNECTIONS, max_workers: int = MAX_WORKERS,
                  max_kept_bytes: int | None = None,
                  record: str | os.PathLike[str] | None = None) -> None:
         self.address = address
-        self.on_frame = on_frame
-        self.stale_after = stale_after
         self.receive_queue = receive_queue
         self.insecure = insecure
         self.max_connections = max_connections
-        self.max_workers = max_workers
-        self.max_kept_bytes = max_kept_bytes
-        self.max_frame_bytes = MAX_FRAME_BYTES
+        self._limits = Limits(stale_after=stale_after, max_workers=max_workers,
+                             max_kept_bytes=max_kept_bytes, max_frame_bytes=MAX_FRAME_BYTES)
         self.record_path = None if record is None else os.fspath(record)
         self._record: RecordWriter | None = None
         self._keys = DriverKeys.parse(key) if key else None
@@ -117,34 +116,11 @@ class Subscriber(FrameReceiver):
             warnings.warn(f"Subscriber({address!r}, insecure=True): frames travel in plain "
                           "text and anyone who can reach the port can send them", stacklevel=2)
         self.endpoint = ""
-        self.lost: dict[str, int] = {}
-        self.received: dict[str, int] = {}
-        self.dropped: dict[str, int] = {}  # frames each sidecar could not queue (it says so)
-        self.bad_frames = 0
-        self.callback_errors = 0
-        self.loop_errors = 0  # socket errors the receive loop waited out
-        self.last_error: str | None = None
-        self.jobs_started = 0
-        self.jobs_ended = 0
-        self._refused = {"identity": 0, "workers": 0, "kept": 0, "open_jobs": 0}
-        self._not_kept: dict[str, int] = {}
-        self._kept = 0
-        self._next_seq: dict[str, int] = {}
-        self._last_seen: dict[str, float] = {}
-        self._last_wall: dict[str, int] = {}
-        self._anchored: set[str] = set()
-        self._introduced: set[str] = set()
-        self._unanchored = late.Unanchored()
-        self._clocks = ClockSync()
-        self._no_ping: set[str] = set()  # light workers: no sidecar to answer a ping
-        self._pending_ack: dict[str, tuple[bytes, int]] = {}  # worker -> (identity, bye's seq)
-        self._live = LiveState()
-        self._live_read: dict[str, float] = {}
         self._fanout = FrameFanout()
-        self._boot = boot_id()
-        self._host = socket.gethostname()
-        self._builder = TimelineBuilder(keep=False)  # the rest is in the record
-        self._cond = threading.Condition()
+        builder = TimelineBuilder(keep=False)  # the rest is in the record
+        self._state = ReceiveState(self._limits, builder, LiveState(),
+                                   Replies(ClockSync(), builder, socket.gethostname(), boot_id()))
+        self._rx = Receiver(self._state, self._fanout, late.Unanchored(), on_frame)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
@@ -163,6 +139,82 @@ class Subscriber(FrameReceiver):
         return None if self._keys is None else self._keys.text()
 
     @property
+    def on_frame(self) -> OnFrame | None:
+        """Called on the receive thread with each frame (keep it quick); may be set to None,
+        or to another callback, while frames arrive."""
+        return self._rx.on_frame
+
+    @on_frame.setter
+    def on_frame(self, callback: OnFrame | None) -> None:
+        self._rx.on_frame = callback
+
+    @property
+    def stale_after(self) -> float:
+        return self._limits.stale_after
+
+    @property
+    def max_workers(self) -> int:
+        return self._limits.max_workers
+
+    @property
+    def max_kept_bytes(self) -> int | None:
+        return self._limits.max_kept_bytes
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._limits.max_frame_bytes
+
+    # Each read of a count below is a copy, made under the receive thread's lock: iterate it
+    # while frames arrive, keep it, change it; the driver's own counts are untouched.
+    @property
+    def lost(self) -> dict[str, int]:
+        """Frames lost per worker id, counted from gaps in its seq numbers."""
+        return self._state.copy_lost()
+
+    @property
+    def received(self) -> dict[str, int]:
+        """Frames received per worker id."""
+        return self._state.copy_received()
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Frames each worker's sidecar could not queue, as its last heartbeat said."""
+        return self._state.copy_dropped()
+
+    @property
+    def bad_frames(self) -> int:
+        """Frames that could not be decoded or were malformed."""
+        return self._state.counts().bad_frames
+
+    @property
+    def callback_errors(self) -> int:
+        """Exceptions on_frame raised (each counted, the frame still delivered elsewhere)."""
+        return self._state.counts().callback_errors
+
+    @property
+    def loop_errors(self) -> int:
+        """Socket errors the receive loop waited out."""
+        return self._state.counts().loop_errors
+
+    @property
+    def last_error(self) -> str | None:
+        """The latest bad frame, refusal or error, in words."""
+        return self._state.counts().last_error
+
+    @property
+    def jobs_started(self) -> int:
+        return self._state.counts().jobs_started
+
+    @property
+    def jobs_ended(self) -> int:
+        return self._state.counts().jobs_ended
+
+    @property
+    def _pending_ack(self) -> dict[str, tuple[bytes, int]]:
+        # Byes waiting for a clock estimate: tests check none is left waiting at close.
+        return self._state.pending_acks()
+
+    @property
     def iterator_dropped(self) -> int:
         """Frames an async consumer of frames() fell too far behind to be given."""
         return self._fanout.dropped
@@ -174,10 +226,9 @@ class Subscriber(FrameReceiver):
         frames of workers past max_workers, frames not kept past max_kept_bytes, job starts
         past MAX_OPEN_JOBS open."""
         conns = self._conns
-        with self._cond:
-            return {"connections": 0 if conns is None else conns.refused,
-                    "handshakes": 0 if conns is None else conns.handshakes_failed,
-                    **self._refused}
+        return {"connections": 0 if conns is None else conns.refused,
+                "handshakes": 0 if conns is None else conns.handshakes_failed,
+                **self._state.copy_refused()}
 
     @property
     def memory_ceiling(self) -> int:
@@ -234,7 +285,8 @@ class Subscriber(FrameReceiver):
         conns.start()
         self._stop.clear()
         self._closed_wall = None
-        self._thread = threading.Thread(target=self._run, args=(sock, conns),
+        self._state.record = self._record
+        self._thread = threading.Thread(target=self._rx.run, args=(sock, conns, self._stop),
                                         name="workerscope-subscriber", daemon=True)
         self._thread.start()
         return self
@@ -272,7 +324,7 @@ class Subscriber(FrameReceiver):
             self._thread = None
             self._closed_wall = time.time_ns()
             if self._record is not None:
-                self._write_facts()  # the last word: states and clocks at close
+                self._state.write_facts(self._closed_wall)  # the last word: states and clocks
                 self._record.close()  # timeline() still reads it
         sock, ctx = self._sock, self._ctx
         self._sock = self._ctx = None
@@ -311,41 +363,17 @@ class Subscriber(FrameReceiver):
              byes: int | None = None, started: int | None = None) -> bool:
         """Block until `jobs` jobs have ended, `started` jobs have started and `byes` workers
         have said bye (each when given). False on timeout."""
-        def done() -> bool:
-            ok = jobs is None or self.jobs_ended >= jobs
-            ok = ok and (started is None or self.jobs_started >= started)
-            if byes is not None:
-                said_bye = sum(w.status != Status.RUNNING for w in self._builder.t.workers.values())
-                ok = ok and said_bye >= byes
-            return ok
-
-        with self._cond:
-            return self._cond.wait_for(done, timeout)
+        return self._state.wait(jobs, timeout, byes, started)
 
     def states(self) -> dict[str, str]:
         """Each worker's status now: what its bye said, else running (a job open), idle (no
         job open), stale (silent for over stale_after s) or dead (its processes are gone from
         this host and it never said bye)."""
-        now = time.monotonic()
-        with self._cond:
-            out: dict[str, str] = {}
-            for wid, w in self._builder.t.workers.items():
-                status = w.status
-                if status == Status.RUNNING:
-                    if self._local(w) and not any(psutil.pid_exists(p) for p in
-                                                  (w.pid, w.sidecar_pid) if p):
-                        status = Status.DEAD
-                    elif now - self._last_seen.get(wid, now) > self.stale_after:
-                        status = Status.STALE
-                    elif not self._live.open_jobs(wid):
-                        status = Status.IDLE
-                out[wid] = status
-            return out
+        return self._state.states()
 
     def clock_offsets(self) -> dict[str, tuple[int, int | None]]:
         """worker -> (ns its clock runs ahead of ours, error bound: half the best round trip)."""
-        with self._cond:
-            return self._clocks.offsets()
+        return self._state.clock_offsets()
 
     def timeline(self, max_sample_bytes: int | None = MAX_SAMPLE_BYTES) -> Timeline:
         """The merged timeline of every worker seen so far, on this driver's clock, built
@@ -372,23 +400,7 @@ class Subscriber(FrameReceiver):
         return 0 if self._record is None else self._record.frames
 
     def _facts(self) -> Facts:
-        states = self.states()
-        with self._cond:
-            notes = {wid: list(w.notes) for wid, w in self._builder.t.workers.items()}
-            for wid, n in self._not_kept.items():
-                notes.setdefault(wid, []).append(
-                    f"{n} frame(s) not kept: the record's cap (max_kept_bytes="
-                    f"{self.max_kept_bytes}) was reached")
-            if self._record is not None and (self._record.dropped or self._record.failed):
-                missed = (f"{self._record.dropped + self._record.failed} frame(s) of all "
-                          f"workers could not be written to the record "
-                          f"({self._record.last_error or 'the disk was slower than the frames'})")
-                for wid in self._builder.t.workers:
-                    notes.setdefault(wid, []).append(missed)
-            return Facts(clocks=self._clocks.offsets(), lost=dict(self.lost),
-                                dropped=dict(self.dropped), states=states,
-                                last_wall=dict(self._last_wall), notes=notes,
-                                closed_wall=self._closed_wall)
+        return self._state.facts(self._closed_wall)
 
     def frames(self, maxsize: int = 10_000) -> AsyncIterator[protocol.Frame]:
         """Every frame from now on, as an async iterator (`async for f in sub.frames()`),
@@ -402,10 +414,7 @@ class Subscriber(FrameReceiver):
         CPU and GPU use (None unless it is running), RSS, frames lost, failed jobs
         (`failed_jobs`), and whether its running job is a straggler (by
         `workerscope.timeline.is_straggler` against the jobs done so far)."""
-        states = self.states()
-        with self._cond:
-            return self._live.rows(self._builder.t.workers, states, self.lost, self.dropped,
-                                   time.monotonic())
+        return self._state.rows()
 
 
 def _remove(path: str) -> None:

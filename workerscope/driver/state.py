@@ -1,0 +1,166 @@
+"""The receive state of a Subscriber: what its receive thread knows, and the copies others read.
+
+One ReceiveState per Subscriber, made with what it works with (the live TimelineBuilder, the
+LiveState, the replies and their clock estimates, the limits). The receive thread alone
+changes it (receive.py), always under `cond`. Every read from another thread takes `cond` and
+returns a copy, so a user may iterate `sub.lost` while workers arrive, and keep or change
+what it got without touching the driver's own counts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import psutil
+
+from ..builder import TimelineBuilder
+from ..protocol import Status
+from ..record import FACTS, Facts, RecordWriter
+from .live import LiveState
+from .replies import Replies
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What senders may make one driver hold, and when a worker counts as silent."""
+
+    stale_after: float
+    max_workers: int
+    max_kept_bytes: int | None
+    max_frame_bytes: int
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The receive thread's counters at one instant (Subscriber documents each)."""
+
+    bad_frames: int
+    callback_errors: int
+    loop_errors: int
+    last_error: str | None
+    jobs_started: int
+    jobs_ended: int
+
+
+class ReceiveState:
+    """Counters, bookkeeping and live state of one driver; changed under `cond` only."""
+
+    def __init__(self, limits: Limits, builder: TimelineBuilder, live: LiveState,
+                 replies: Replies) -> None:
+        self.limits = limits
+        self.builder = builder
+        self.live = live
+        self.replies = replies
+        self.record: RecordWriter | None = None  # the Subscriber's, set before each start
+        self.cond = threading.Condition()
+        self.lost: dict[str, int] = {}
+        self.received: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}  # frames each sidecar could not queue (it says so)
+        self.refused = {"identity": 0, "workers": 0, "kept": 0, "open_jobs": 0}
+        self.not_kept: dict[str, int] = {}
+        self.bad_frames = 0
+        self.callback_errors = 0
+        self.loop_errors = 0
+        self.last_error: str | None = None
+        self.jobs_started = 0
+        self.jobs_ended = 0
+        self.kept = 0  # bytes of frames in the record, against max_kept_bytes
+        self.next_seq: dict[str, int] = {}
+        self.last_seen: dict[str, float] = {}  # monotonic
+        self.last_wall: dict[str, int] = {}
+        self.anchored: set[str] = set()  # workers whose clock anchor is known (or never will be)
+        self.introduced: set[str] = set()  # workers whose hello was folded in (or a heartbeat's)
+
+    # -- reads, from any thread --------------------------------------------------------------
+    def copy_lost(self) -> dict[str, int]:
+        with self.cond:
+            return dict(self.lost)
+
+    def copy_received(self) -> dict[str, int]:
+        with self.cond:
+            return dict(self.received)
+
+    def copy_dropped(self) -> dict[str, int]:
+        with self.cond:
+            return dict(self.dropped)
+
+    def copy_refused(self) -> dict[str, int]:
+        with self.cond:
+            return dict(self.refused)
+
+    def counts(self) -> Counts:
+        with self.cond:
+            return Counts(self.bad_frames, self.callback_errors, self.loop_errors,
+                          self.last_error, self.jobs_started, self.jobs_ended)
+
+    def clock_offsets(self) -> dict[str, tuple[int, int | None]]:
+        with self.cond:
+            return self.replies.clocks.offsets()
+
+    def pending_acks(self) -> dict[str, tuple[bytes, int]]:
+        with self.cond:
+            return dict(self.replies.pending_ack)
+
+    def wait(self, jobs: int | None, timeout: float | None, byes: int | None,
+             started: int | None) -> bool:
+        """See Subscriber.wait."""
+        def done() -> bool:
+            ok = jobs is None or self.jobs_ended >= jobs
+            ok = ok and (started is None or self.jobs_started >= started)
+            if byes is not None:
+                said_bye = sum(w.status != Status.RUNNING for w in self.builder.t.workers.values())
+                ok = ok and said_bye >= byes
+            return ok
+
+        with self.cond:
+            return self.cond.wait_for(done, timeout)
+
+    def states(self) -> dict[str, str]:
+        """See Subscriber.states."""
+        now = time.monotonic()
+        with self.cond:
+            out: dict[str, str] = {}
+            for wid, w in self.builder.t.workers.items():
+                status = w.status
+                if status == Status.RUNNING:
+                    if self.replies.local(w) and not any(psutil.pid_exists(p) for p in
+                                                         (w.pid, w.sidecar_pid) if p):
+                        status = Status.DEAD
+                    elif now - self.last_seen.get(wid, now) > self.limits.stale_after:
+                        status = Status.STALE
+                    elif not self.live.open_jobs(wid):
+                        status = Status.IDLE
+                out[wid] = status
+            return out
+
+    def rows(self) -> list[dict[str, object]]:
+        """See Subscriber.live."""
+        with self.cond:
+            return self.live.rows(self.builder.t.workers, self.states(), self.lost,
+                                  self.dropped, time.monotonic())
+
+    def facts(self, closed_wall: int | None = None) -> Facts:
+        """What this driver knows that no frame says."""
+        with self.cond:
+            notes = {wid: list(w.notes) for wid, w in self.builder.t.workers.items()}
+            for wid, n in self.not_kept.items():
+                notes.setdefault(wid, []).append(
+                    f"{n} frame(s) not kept: the record's cap (max_kept_bytes="
+                    f"{self.limits.max_kept_bytes}) was reached")
+            record = self.record
+            if record is not None and (record.dropped or record.failed):
+                missed = (f"{record.dropped + record.failed} frame(s) of all workers could not "
+                          f"be written to the record "
+                          f"({record.last_error or 'the disk was slower than the frames'})")
+                for wid in self.builder.t.workers:
+                    notes.setdefault(wid, []).append(missed)
+            return Facts(clocks=self.replies.clocks.offsets(), lost=dict(self.lost),
+                         dropped=dict(self.dropped), states=self.states(),
+                         last_wall=dict(self.last_wall), notes=notes, closed_wall=closed_wall)
+
+    def write_facts(self, closed_wall: int | None = None) -> None:
+        """Append the facts to the record (the receive thread, or the closing one)."""
+        if self.record is not None:
+            self.record.append(self.facts(closed_wall).encode(), FACTS)
