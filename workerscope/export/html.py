@@ -3,9 +3,9 @@ the workers, deaths and per-function tables (html_tables.py). One file, inline C
 nothing fetched: it opens from disk, offline.
 
 Spans go in as columnar JSON arrays (~25-50 bytes a span) drawn on <canvas>: inline SVG costs
-~95 B and ~5 s of Chromium load per 100k spans (DESIGN.md, "HTML at scale"). Nothing is dropped
-without a word on the page: spans narrower than half a pixel are drawn as 1-px bins, spans past
-MAX_SPANS are summarised here as bins, series denser than a screen are min/max binned, and the
+~95 B and ~5 s of Chromium load per 100k spans. Nothing is dropped without a word on the
+page: spans narrower than half a pixel are drawn as 1-px bins, spans past MAX_SPANS are
+summarised as bins (html_spans.py), series denser than a screen are min/max binned, and the
 page says how many of each.
 
 The page's JS leaves data-drawn / data-ink on each canvas, collects errors in
@@ -16,32 +16,34 @@ from __future__ import annotations
 
 import bisect
 import json
-import math
 import zlib
 from importlib import resources
-from itertools import pairwise
 from typing import Any
 
-from ..protocol import Status
 from ..timeline import Span, Timeline
-from ..units import BYTE_UNITS, fmt_seconds
+from ..units import fmt_seconds
 from .attribution import DIED, Attribution, attribute, function_table, workers_table
-from .deaths import JOB_DIED, by_worker, deaths, figures, headline, is_cut_short, memory_limits
+from .deaths import JOB_DIED, by_worker, deaths, figures, headline, memory_limits
+from .html_spans import (
+    Scene,
+    attrs_table,
+    errors,
+    estimates,
+    keep_longest,
+    num,
+    place,
+    scene,
+    span_bins,
+    span_columns,
+)
 from .html_tables import clip, deaths_html, esc, functions_html, header, iso, us, workers_html
-from .lanes import layout
 from .plotspec import PLOTS, plot_series
 
 MAX_SPANS = 500_000  # spans embedded one by one; the shortest beyond this are binned
-SPAN_BINS = 4_000  # time bins per lane for the spans beyond MAX_SPANS
 MAX_POINTS = 4_000  # points per plotted series; denser series are min/max binned
 # Lanes per worker (lanes.py: a lane per depth, and more for spans that run beside others);
 # spans past them share the last lane (the page says so).
 MAX_LANES = 24
-MAX_TRACEBACK = 1_500  # characters of a failed span's traceback (its end) kept for the tooltip
-
-# Attribution keys in tooltip order; any other key attribute() returns follows, sorted.
-_ATTR_KEYS = ("cpu_s", "tree_cpu_s", "peak_rss_bytes", "rss_growth_bytes", "read_bytes",
-              "write_bytes", "gpu_util_percent", "gpu_mem_bytes")
 
 
 def to_html(timeline: Timeline, title: str = "workerscope report") -> str:
@@ -82,201 +84,88 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
              ) -> tuple[dict[str, Any], list[str]]:
     notices: list[str] = []
     spans = sorted(t.spans, key=lambda s: (s.start_ns, -s.end_ns))
-    times = [s.start_ns for s in spans] + [s.end_ns for s in spans]
-    times += [m.t_ns for m in t.marks] + [s.t_ns for s in t.samples]
-    times += [j.start_ns for j in t.jobs] + [j.end_ns for j in t.jobs if j.end_ns is not None]
-    origin, end = (min(times), max(times)) if times else (0, 0)
-
-    order = sorted(set(t.workers) | {s.worker for s in spans} | {s.worker for s in t.samples}
-                   | {m.worker for m in t.marks})
-    widx = {w: i for i, w in enumerate(order)}
-    straggler = {r["worker"]: r["straggler"] for r in wtable}
-    killed_jobs = {j.worker for j in t.jobs if j.status in JOB_DIED}
-    died_in = by_worker(t)
-    last = dict.fromkeys(order, origin)
-    for s in spans:
-        last[s.worker] = max(last[s.worker], s.end_ns)
-    for smp in t.samples:
-        last[smp.worker] = max(last[smp.worker], smp.t_ns)
-
-    # Where each span is drawn to: a job still running runs on to its worker's last event.
-    ends = [max(last[s.worker], s.start_ns) if _running(s) else s.end_ns for s in spans]
-    placed = layout(spans, ends, MAX_LANES)
-    lane, depth = placed.lanes, placed.depths
-    squeezed = sum(n >= MAX_LANES for n in lane)
+    sc = scene(t, spans)
+    origin, order = sc.origin, sc.order
+    lane, depth, lanes, squeezed = place(spans, sc, MAX_LANES)
     if squeezed:
         notices.append(f"{squeezed:,} spans would need more than {MAX_LANES} lanes of their "
                        f"worker (nested deeper, or running beside other spans) and are drawn "
                        f"in its lane {MAX_LANES}.")
-    lane = [min(n, MAX_LANES - 1) for n in lane]
-    lanes = dict.fromkeys(order, 1)
-    for s, n in zip(spans, lane, strict=True):
-        lanes[s.worker] = max(lanes[s.worker], n + 1)
-
-    keep, binned = spans, []
-    if len(spans) > MAX_SPANS:
-        # Keep every job and the longest spans; the rest become per-lane time bins.
-        ranked = sorted(range(len(spans)),
-                        key=lambda i: (spans[i].kind != "job", -spans[i].duration_ns))
-        chosen = set(ranked[:MAX_SPANS])
-        keep = [s for i, s in enumerate(spans) if i in chosen]
-        binned = [(s, n) for i, (s, n) in enumerate(zip(spans, lane, strict=True))
-                  if i not in chosen]
-        lane = [n for i, n in enumerate(lane) if i in chosen]
-        depth = [d for i, d in enumerate(depth) if i in chosen]
-
+    keep, binned, lane, depth = keep_longest(spans, lane, depth, MAX_SPANS)
     names: dict[str, int] = {}
     threads: dict[tuple[int, int], int] = {}
-    starts = [round((s.start_ns - origin) / 1000) for s in keep]
-    lengths = [_dur_us(s.end_ns - s.start_ns) for s in keep]
-    # 1 error, 2 job, 4 a job its worker died in, 8 still running, 16 cut short by a death
-    flags = [(s.error is not None) | (s.kind == "job") << 1 | is_cut_short(s) << 4 for s in keep]
-    for i, s in enumerate(keep):
-        if s.kind == "job" and (s.attrs or {}).get("status") in JOB_DIED:
-            flags[i] |= 4
-        elif _running(s):  # still open: drawn up to its worker's last event
-            flags[i] |= 8
-            lengths[i] = _dur_us(max(last[s.worker] - s.start_ns, 0))
-    cols = {
-        "w": [widx[s.worker] for s in keep],
-        "d": lane,
-        "n": [names.setdefault(s.name, len(names)) for s in keep],
-        # deltas of the sorted starts: a few digits each
-        "t": [b - a for a, b in pairwise([0, *starts])],
-        "l": lengths,
-        "f": flags,
-        "h": [threads.setdefault((s.pid, s.tid), len(threads)) for s in keep],
-    }
-    if lane != depth:  # spans ran beside others: their depth, for the tooltip, is not the lane
-        cols["e"] = depth
-    errors = [[i, _error_text(s)] for i, s in enumerate(keep) if s.error is not None]
-    # Attrs (a job's are its status and light-mode stats) as a table of distinct texts and,
-    # per span that has any, the delta of its index and its text's number. A failed span's
-    # traceback goes with its error instead.
-    texts: dict[str, int] = {}
-    shown = [(i, _shown_attrs(s)) for i, s in enumerate(keep)]
-    having = [(i, texts.setdefault(clip(_attrs_text(a)), len(texts))) for i, a in shown if a]
-    attrs = {"i": [b[0] - a[0] for a, b in pairwise([(0, 0), *having])],
-             "x": [x for _, x in having], "texts": list(texts)}
-    seen = {k for a in attribution.values() for k in a}
-    akeys = [k for k in _ATTR_KEYS if k in seen] + sorted(seen - set(_ATTR_KEYS))
-    arows = [attribution.get((s.worker, s.pid, s.id)) or {} for s in keep]
-    walls = [max(s.end_ns - s.start_ns, 1) / 1e9 for s in keep]
-    ascale = [_attr_scale(k) for k in akeys]
-    avals = [_attr_column(arows, k, scale, walls) for k, scale in zip(akeys, ascale, strict=True)]
-
-    bins = _span_bins(binned, origin, end, widx)
+    cols = span_columns(keep, lane, depth, sc, names, threads)
+    akeys, ascale, avals = estimates(keep, attribution)
+    bins = span_bins(binned, sc)
     if binned:
-        shortest = max(s.duration_ns for s, _ in binned) / 1e9
-        notices.append(
-            f"{len(spans):,} spans: the {len(keep):,} longest (every job included) are drawn "
-            f"one by one; the other {len(binned):,} (each {fmt_seconds(shortest)} or shorter) are "
-            f"drawn as {len(bins['c']):,} grey bins, with counts on hover.")
+        notices.append(_binned_notice(len(spans), len(keep), binned, bins))
     for m in t.marks:
         names.setdefault(m.name, len(names))
-
-    workers = []
-    for wid in order:
-        w = t.workers.get(wid)
-        status = w.status if w else "unknown"
-        death = died_in.get(wid)
-        tag = headline(death.cause) if death else ""
-        told = _death_lines(death.job.error, death.job.death) if death else []
-        workers.append([wid, status, int(status in DIED or wid in killed_jobs),
-                        int(bool(straggler.get(wid))), lanes[wid], w.host if w else "",
-                        w.pid if w else 0, us(last[wid], origin), len(w.notes) if w else 0,
-                        tag, told])
-    # The jobs a worker died in: their figures for the job's tooltip, and the moment drawn
-    # on every plot (with the tree's last RSS on the memory plot).
-    span_at = {(s.worker, s.pid, s.id): i for i, s in enumerate(keep) if s.kind == "job"}
-    job_deaths = [[span_at[k], _death_lines(None, d.job.death)] for d in deaths(t)
-                  if (k := (d.worker, d.job.pid, d.job.id)) in span_at]
-    death_marks = [[us(d.t_ns, origin), widx[d.worker], headline(d.cause),
-                    _num((d.job.death or {}).get("last_tree_rss_bytes"))]
-                   for d in deaths(t) if d.worker in widx]
-
     plots, plot_notes = _plots(t, origin, order)
     notices.extend(plot_notes)
-    span_us = max(us(end, origin), 1)
+    span_us = max(us(sc.end, origin), 1)
     pad = span_us * 0.01
     data = {
-        "origin_ns": origin, "end_us": us(end, origin), "t0": -pad, "t1": span_us + pad,
-        "start": iso(origin), "workers": workers, "names": list(names),
+        "origin_ns": origin, "end_us": us(sc.end, origin), "t0": -pad, "t1": span_us + pad,
+        "start": iso(origin), "workers": _workers(t, sc, wtable, lanes), "names": list(names),
         # Hues from the name, so a function keeps its colour across reports; never the reds
         # (hue 340-20) that mean an error or a death.
         "hues": [20 + zlib.crc32(n.encode("utf-8", "replace")) % 320 for n in names],
         "threads": [list(k) for k in threads],
-        "spans": cols, "errors": errors, "attrs": attrs,
-        "jobDeaths": job_deaths, "deaths": death_marks,
+        "spans": cols, "errors": errors(keep), "attrs": attrs_table(keep),
+        "jobDeaths": _job_deaths(t, keep), "deaths": _death_marks(t, sc),
         "akeys": akeys, "ascale": ascale, "avals": avals,
         "bins": bins, "binned": len(binned),
-        "marks": [[widx[m.worker], us(m.t_ns, origin), names[m.name]]
+        "marks": [[sc.widx[m.worker], us(m.t_ns, origin), names[m.name]]
                   for m in sorted(t.marks, key=lambda m: m.t_ns)],
         "plots": plots, "counts": [len(order), len(t.jobs), len(spans)],
     }
     return data, notices
 
 
-def _attr_scale(key: str) -> Any:
-    """How one attribution estimate is stored: short integers, since there is one per span per
-    key. CPU seconds as % of one core over the span ("wall"), bytes in KiB (peaks in 0.1 MiB),
-    percentages whole; anything else to 4 significant digits (None)."""
-    if key.endswith("_s"):
-        return "wall"
-    if key in ("peak_rss_bytes", "gpu_mem_bytes"):
-        return BYTE_UNITS["MiB"] / 10
-    if key.endswith("_bytes"):
-        return BYTE_UNITS["KiB"]
-    if key.endswith("_percent"):
-        return 1
-    return None
+def _binned_notice(total: int, kept: int, binned: list[tuple[Span, int]],
+                   bins: dict[str, list[Any]]) -> str:
+    shortest = max(s.duration_ns for s, _ in binned) / 1e9
+    return (f"{total:,} spans: the {kept:,} longest (every job included) are drawn "
+            f"one by one; the other {len(binned):,} (each {fmt_seconds(shortest)} or shorter) are "
+            f"drawn as {len(bins['c']):,} grey bins, with counts on hover.")
 
 
-def _attr_column(rows: list[dict[str, float]], key: str, scale: Any, walls: list[float]) -> str:
-    """One key's estimates for every span, comma-separated, empty where absent: an absent
-    value costs one byte instead of JSON's four ("null")."""
-    vals = [a.get(key) for a in rows]
-    if scale is not None:
-        try:  # the fast path: 8 keys x 200k spans
-            if scale == "wall":
-                text = ",".join(["" if v is None else f"{v * 100 / w:.0f}"
-                                 for v, w in zip(vals, walls, strict=True)])
-            else:
-                text = ",".join(["" if v is None else f"{v / scale:.0f}" for v in vals])
-            if "n" not in text:  # no "inf" or "nan"
-                return text
-        except (TypeError, ValueError):
-            text = ""  # an odd value somewhere: the careful loop below handles each one
-    out: list[str] = []
-    for v, wall in zip(vals, walls, strict=True):
-        if v is None or not isinstance(v, (int, float)) or not math.isfinite(v):
-            out.append("")
-        elif scale is None:
-            out.append(str(_num(v)))
-        else:
-            out.append(str(round(v * 100 / wall) if scale == "wall" else round(v / scale)))
-    return ",".join(out)
+def _workers(t: Timeline, sc: Scene, wtable: list[dict[str, Any]], lanes: dict[str, int]
+             ) -> list[list[Any]]:
+    """A row per worker: id, status, died, straggler, lanes, host, pid, its last event, how
+    many notes, the death's headline and what the page tells of it."""
+    straggler = {r["worker"]: r["straggler"] for r in wtable}
+    killed_jobs = {j.worker for j in t.jobs if j.status in JOB_DIED}
+    died_in = by_worker(t)
+    rows = []
+    for wid in sc.order:
+        w = t.workers.get(wid)
+        status = w.status if w else "unknown"
+        death = died_in.get(wid)
+        tag = headline(death.cause) if death else ""
+        told = _death_lines(death.job.error, death.job.death) if death else []
+        rows.append([wid, status, int(status in DIED or wid in killed_jobs),
+                     int(bool(straggler.get(wid))), lanes[wid], w.host if w else "",
+                     w.pid if w else 0, us(sc.last[wid], sc.origin), len(w.notes) if w else 0,
+                     tag, told])
+    return rows
 
 
-def _span_bins(binned: list[tuple[Span, int]], origin: int, end: int,
-               widx: dict[str, int]) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {k: [] for k in "wdtlc"}
-    if not binned:
-        return out
-    width = max((end - origin) / SPAN_BINS, 1.0)
-    acc: dict[tuple[int, int, int], list[int]] = {}
-    for s, d in binned:
-        b = int((s.start_ns - origin) / width)
-        cell = acc.setdefault((widx[s.worker], d, b), [0, 0])
-        cell[0] += 1
-        cell[1] += s.duration_ns
-    for (w, d, b), (count, total) in sorted(acc.items(), key=lambda kv: kv[0][2]):
-        out["w"].append(w)
-        out["d"].append(d)
-        out["t"].append(round(b * width / 1000))
-        out["l"].append(max(round(width / 1000), 1))
-        out["c"].append([count, _dur_us(total)])
-    return out
+def _job_deaths(t: Timeline, keep: list[Span]) -> list[list[Any]]:
+    """The jobs a worker died in: the index of each one's span and its figures, for the
+    job's tooltip."""
+    span_at = {(s.worker, s.pid, s.id): i for i, s in enumerate(keep) if s.kind == "job"}
+    return [[span_at[k], _death_lines(None, d.job.death)] for d in deaths(t)
+            if (k := (d.worker, d.job.pid, d.job.id)) in span_at]
+
+
+def _death_marks(t: Timeline, sc: Scene) -> list[list[Any]]:
+    """Each death's moment, drawn on every plot (with the tree's last RSS on the memory
+    plot)."""
+    return [[us(d.t_ns, sc.origin), sc.widx[d.worker], headline(d.cause),
+             num((d.job.death or {}).get("last_tree_rss_bytes"))]
+            for d in deaths(t) if d.worker in sc.widx]
 
 
 def _plots(t: Timeline, origin: int, order: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -292,7 +181,7 @@ def _plots(t: Timeline, origin: int, order: list[str]) -> tuple[list[dict[str, A
                 u = us(tn, origin)
                 ts.append(u - prev)
                 prev = u
-                vs.append(_num(v))
+                vs.append(num(v))
             series.append({"label": line.label, "c": line.color, "t": ts, "v": vs})
         note = ""
         if kept < total:
@@ -330,63 +219,9 @@ def _thin(pts: list[tuple[int, float]]) -> list[tuple[int, float]]:
 
 
 # -- small helpers ------------------------------------------------------------------------------
-def _running(s: Span) -> bool:
-    """A job still open: drawn up to its worker's last event."""
-    return s.kind == "job" and (s.attrs or {}).get("status") == Status.RUNNING
-
-
-def _dur_us(ns: int) -> float:
-    # Whole microseconds, except short spans, which keep nanoseconds to show "412 ns".
-    return ns / 1000 if ns < 10_000 else round(ns / 1000)
-
-
-def _num(v: Any) -> Any:
-    """A number to 4 significant digits (short JSON), None when absent or not finite."""
-    if v is None or isinstance(v, bool):
-        return None
-    try:
-        r = float(f"{v:.4g}")
-    except (TypeError, ValueError):
-        return None
-    if r - r != 0:  # inf or nan
-        return None
-    return int(r) if r.is_integer() and abs(r) < 2**53 else r
-
-
-# One encoder: json.dumps with options builds a new one per call, ~3 us a span.
-_ATTRS_JSON = json.JSONEncoder(default=repr, ensure_ascii=False, sort_keys=True)
-
-
-def _attrs_text(attrs: dict[str, Any]) -> str:
-    try:
-        return _ATTRS_JSON.encode(attrs)
-    except (TypeError, ValueError):  # keys json cannot write (tuples, mixed types)
-        return repr(attrs)
-
-
-def _shown_attrs(s: Span) -> dict[str, Any] | None:
-    """A span's attrs for its tooltip: a failed span's traceback is told with its error."""
-    if s.attrs and s.error is not None and isinstance(s.attrs.get("traceback"), str):
-        return {k: v for k, v in s.attrs.items() if k != "traceback"}
-    return s.attrs
-
-
-def _error_text(s: Span) -> str:
-    """A failed span's error ("Type: message") and the end of its traceback, if it has one."""
-    text = clip(str(s.error))
-    tb = (s.attrs or {}).get("traceback")
-    if isinstance(tb, str) and tb:
-        # The end of a traceback names the failing line: keep that end.
-        tail = tb if len(tb) <= MAX_TRACEBACK else "…" + tb[-MAX_TRACEBACK:]
-        text += "\n" + tail.rstrip()
-    return text
-
-
 def _death_lines(error: str | None, death: dict[str, Any] | None) -> list[str]:
     """What the page tells of a death: the error text, then each figure."""
     return ([clip(error)] if error else []) + [clip(f) for f in figures(death)]
-
-
 
 
 # The page's style and drawing code live beside this module as plain files (package data),
