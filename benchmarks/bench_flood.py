@@ -40,12 +40,16 @@ from collections.abc import Callable
 for _var in [v for v in os.environ if v.startswith("WORKERSCOPE_")]:
     del os.environ[_var]
 
-import msgpack
-import zmq
+# Span records are built with the tests' record factories (tests/factories.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
 
-from workerscope import protocol
-from workerscope.config import split_endpoint
-from workerscope.transport import MAX_FRAME_BYTES, dealer
+import msgpack  # noqa: E402
+import zmq  # noqa: E402
+from factories import span_record  # noqa: E402
+
+from workerscope import protocol  # noqa: E402
+from workerscope.config import split_endpoint  # noqa: E402
+from workerscope.transport import MAX_FRAME_BYTES, dealer  # noqa: E402
 
 CONNS = 32
 FRAMES = 16
@@ -113,7 +117,7 @@ def spans_frame(worker: str) -> bytes:
     t = time.monotonic_ns()
     n = 37_000
     while True:
-        records = [[0, None, i, None, "s", t, t, 1, None, None] for i in range(n)]
+        records = [span_record(id=i, start_ns=t) for i in range(n)]
         frame = protocol.encode_frame("spans", worker, 1, {"pid": 7, "records": records})
         if len(frame) <= MAX_FRAME_BYTES:
             return frame

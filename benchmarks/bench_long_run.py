@@ -33,9 +33,13 @@ from typing import Any
 for _var in [v for v in os.environ if v.startswith("WORKERSCOPE_")]:
     del os.environ[_var]
 
-import zmq  # noqa: E402
+# Span records are built with the tests' record factories (tests/factories.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
 
+import zmq  # noqa: E402
 from bench_ingest import sample_body  # noqa: E402
+from factories import span_record  # noqa: E402
+
 from workerscope import protocol  # noqa: E402
 from workerscope.procfs import boot_id  # noqa: E402
 from workerscope.record import RecordReader  # noqa: E402
@@ -109,8 +113,9 @@ def worker_frames(wid: str, pid: int, seconds: int) -> Any:
         t = t0 + s * 1_000_000_000
         out = [frame(protocol.SAMPLE, sample_body(s, t, pids))]
         if s % SPANS_EVERY == SPANS_EVERY - 1:
-            records = [[protocol.RECORD_SPAN, 1, s * 100 + i, 1, f"step{i % 4}", t - 50_000_000,
-                        t - 1_000_000, pid, None, None, False] for i in range(SPANS_PER_FRAME)]
+            records = [span_record(job=1, id=s * 100 + i, parent=1, name=f"step{i % 4}",
+                                   start_ns=t - 50_000_000, end_ns=t - 1_000_000, tid=pid)
+                       for i in range(SPANS_PER_FRAME)]
             out.append(frame(protocol.SPANS, {"pid": pid, "records": records}))
         out.append(frame(protocol.HEARTBEAT, {"t": t, "dropped": 0}))
         yield out

@@ -26,7 +26,8 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # A WORKERSCOPE_* variable in the caller's environment would change what is measured.
 for _var in [v for v in os.environ if v.startswith("WORKERSCOPE_")]:

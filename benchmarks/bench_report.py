@@ -45,20 +45,25 @@ import random
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # A WORKERSCOPE_* variable in the caller's environment could change what is measured.
 for _var in [v for v in os.environ if v.startswith("WORKERSCOPE_")]:
     del os.environ[_var]
 
+# The synthetic timeline is built with the tests' record factories (tests/factories.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
+
 import psutil  # noqa: E402
+from factories import job, job_span, mark, sample, span, worker  # noqa: E402
 
 from workerscope.errors import WorkerscopeError  # noqa: E402
 from workerscope.export.chrome import to_chrome  # noqa: E402
 from workerscope.export.csv import to_csv  # noqa: E402
 from workerscope.export.html import MAX_SPANS, to_html  # noqa: E402
 from workerscope.export.terminal import report  # noqa: E402
-from workerscope.timeline import Job, Mark, Sample, Span, Timeline, Worker, load  # noqa: E402
+from workerscope.timeline import Timeline, load  # noqa: E402
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
 WORKERS = 16
@@ -107,8 +112,8 @@ def build(n_spans: int, seed: int = 1) -> Timeline:
     for w in range(WORKERS):
         host, pid = f"host{w % HOSTS}", 10_000 + 100 * w
         wid = f"{host}:{pid}:{pid + 1}"
-        t.workers[wid] = Worker(wid, host=host, pid=pid, sidecar_pid=pid + 1, interval=0.1,
-                                boot_id=f"boot-{host}", status="exited")
+        t.workers[wid] = worker(wid, sidecar_pid=pid + 1, interval=0.1, boot_id=f"boot-{host}",
+                                status="exited")
         t.processes[(wid, pid)] = "python"
         t.threads[(wid, pid, pid)] = "MainThread"
         quota = n_spans // WORKERS + (w < n_spans % WORKERS)
@@ -132,35 +137,35 @@ def build(n_spans: int, seed: int = 1) -> Timeline:
                 fwd_start = s + length // 5
                 ker_start = fwd_start + 500_000
                 step_spans = [
-                    Span(wid, job_id, sid, None, STEP_NAMES[count % 4], s, s + length, pid,
-                         pid, attrs, error),
-                    Span(wid, job_id, load_id, sid, "load_batch", s + 10_000,
-                         s + length // 5 - 100_000, pid, pid),
-                    Span(wid, job_id, fwd_id, sid, "forward", fwd_start, s + length - 20_000,
-                         pid, pid),
-                    Span(wid, job_id, ker_id, fwd_id, KERNELS[count % len(KERNELS)],
-                         ker_start, s + length - 600_000, pid, pid),
+                    span(worker=wid, job=job_id, id=sid, name=STEP_NAMES[count % 4], start_ns=s,
+                         end_ns=s + length, pid=pid, attrs=attrs, error=error),
+                    span(worker=wid, job=job_id, id=load_id, parent=sid, name="load_batch",
+                         start_ns=s + 10_000, end_ns=s + length // 5 - 100_000, pid=pid),
+                    span(worker=wid, job=job_id, id=fwd_id, parent=sid, name="forward",
+                         start_ns=fwd_start, end_ns=s + length - 20_000, pid=pid),
+                    span(worker=wid, job=job_id, id=ker_id, parent=fwd_id,
+                         name=KERNELS[count % len(KERNELS)], start_ns=ker_start,
+                         end_ns=s + length - 600_000, pid=pid),
                 ]
                 spans.extend(step_spans[:quota])
                 quota -= min(quota, 4)
                 now = s + length
                 step += 1
             now += 100_000
-            jobs.append(Job(wid, job_id, "train", job_start, now, "ok", None, pid, pid))
-            spans.append(Span(wid, job_id, job_id, None, "train", job_start, now, pid, pid,
-                              {"status": "ok"}, None, "job"))
-            marks.append(Mark(wid, job_id, "checkpoint", now, pid, pid, {"step": count}))
+            jobs.append(job(worker=wid, id=job_id, name="train", start_ns=job_start, end_ns=now,
+                            pid=pid))
+            spans.append(job_span(jobs[-1]))
+            marks.append(mark(worker=wid, job=job_id, name="checkpoint", t_ns=now, pid=pid,
+                              attrs={"step": count}))
             now += 200_000
         # Samples on the sidecar's 0.1 s grid, over this worker's span range and one past it.
-        k = 0
-        for ts in range(first - first % TICK_NS, now + TICK_NS, TICK_NS):
-            k += 1
+        for k, ts in enumerate(range(first - first % TICK_NS, now + TICK_NS, TICK_NS), start=1):
             tree = _tree_values(k, rng)
-            samples.append(Sample(wid, ts, "tree", pid, tree))
+            samples.append(sample(worker=wid, t_ns=ts, pid=pid, values=tree))
             proc = dict(tree)
             del proc["num_procs"]
-            samples.append(Sample(wid, ts, "proc", pid, proc))
-            samples.append(Sample(wid, ts, "host", None, _host_values(k, rng)))
+            samples.append(sample(worker=wid, t_ns=ts, scope="proc", pid=pid, values=proc))
+            samples.append(sample(worker=wid, t_ns=ts, scope="host", values=_host_values(k, rng)))
     t.sort()
     return t
 
@@ -280,6 +285,21 @@ def best_of(fn: Callable[[], int], runs: int) -> tuple[str, Any, Any, Any]:
     return best
 
 
+def cases_of(t: Timeline, rows: list[list[Any]], path: str,
+             pf_path: str) -> list[tuple[str, Callable[[], int]]]:
+    """The cases measured on timeline t, by label, in the order of the table."""
+    return [
+        ("json floor", lambda: case_floor(rows)),
+        ("chrome .json", lambda: case_chrome(t)),
+        (".pftrace", lambda: case_pftrace(t, pf_path)),
+        ("html" + (" (binned)" if len(t.spans) > MAX_SPANS else ""), lambda: case_html(t)),
+        ("terminal report", lambda: case_report(t)),
+        ("csv samples", lambda: case_csv(t)),
+        (".wsc save", lambda: case_save(t, path)),
+        (".wsc load", lambda: case_load(t, path)),
+    ]
+
+
 def main(argv: list[str]) -> int:
     sizes = [int(a) for a in argv] or list(SIZES)
     print(f"Python {platform.python_version()}, {os.cpu_count()} CPUs, "
@@ -310,17 +330,7 @@ def main(argv: list[str]) -> int:
             built = time.perf_counter() - t0
             rows = floor_lists(t)
             gc.collect()
-            cases: list[tuple[str, Callable[[], int]]] = [
-                ("json floor", lambda: case_floor(rows)),
-                ("chrome .json", lambda: case_chrome(t)),
-                (".pftrace", lambda: case_pftrace(t, pf_path)),
-                ("html" + (" (binned)" if len(t.spans) > MAX_SPANS else ""),
-                 lambda: case_html(t)),
-                ("terminal report", lambda: case_report(t)),
-                ("csv samples", lambda: case_csv(t)),
-                (".wsc save", lambda: case_save(t, path)),
-                (".wsc load", lambda: case_load(t, path)),
-            ]
+            cases = cases_of(t, rows, path, pf_path)
             floor = None
             for label, fn in cases:
                 if label == ".pftrace" and not has_perfetto:

@@ -24,7 +24,8 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # A WORKERSCOPE_* variable in the caller's environment would change what is measured
 # (WORKERSCOPE_PURE_PYTHON, which picks the writer, is the one kept).
@@ -70,7 +71,7 @@ class MinimalSpan:
     def __init__(self, records: list) -> None:
         self.records = records
 
-    def __enter__(self) -> "MinimalSpan":
+    def __enter__(self) -> MinimalSpan:
         self.start = time.perf_counter_ns()
         return self
 

@@ -84,13 +84,17 @@ def main() -> int:
     def fmt(v: float | None, scale: float = gib, unit: str = "GiB") -> str:
         return "absent" if v is None else f"{v / scale:.2f} {unit}"
 
-    print(f"\ngpu_check on {subprocess.run(['nvidia-smi', '--query-gpu=name', '--format=csv,noheader'], capture_output=True, text=True).stdout.strip()}, "
-          f"{time.strftime('%Y-%m-%d')}, run took {time.time() - t0:.1f} s")
+    gpu_name = subprocess.run(['nvidia-smi', '--query-gpu=name', '--format=csv,noheader'],
+                              capture_output=True, text=True).stdout.strip()
+    print(f"\ngpu_check on {gpu_name}, {time.strftime('%Y-%m-%d')}, run took {time.time() - t0:.1f} s")
     print(f"{'quantity':<40} {'workerscope':>14} {'baseline':>14}  baseline source")
-    print(f"{'process GPU memory (peak)':<40} {fmt(tree_mem):>14} {fmt(smi_proc):>14}  nvidia-smi --query-compute-apps")
-    print(f"{'torch reserved (peak)':<40} {fmt(tree_mem):>14} {fmt(reserved):>14}  torch.cuda.memory_reserved")
+    print(f"{'process GPU memory (peak)':<40} {fmt(tree_mem):>14} {fmt(smi_proc):>14}  "
+          "nvidia-smi --query-compute-apps")
+    print(f"{'torch reserved (peak)':<40} {fmt(tree_mem):>14} {fmt(reserved):>14}  "
+          "torch.cuda.memory_reserved")
     print(f"{'device memory used (peak)':<40} {fmt(dev_mem):>14} {'':>14}")
-    print(f"{'device utilisation (peak)':<40} {max(util, default=0):>13}% {smi_util:>13}%  nvidia-smi utilization.gpu")
+    print(f"{'device utilisation (peak)':<40} {max(util, default=0):>13}% {smi_util:>13}%  "
+          "nvidia-smi utilization.gpu")
     print(f"{'samples of gpu0':<40} {len(util):>14}")
     print(f"notes: {w.notes}")
     ok = tree_mem is not None and smi_proc and abs(tree_mem - smi_proc) <= 0.1 * smi_proc

@@ -23,7 +23,7 @@ def worker(id: str = "w", *, host: str | None = None, pid: int | None = None,
            **fields: Any) -> Worker:
     """A Worker; `host` and `pid` default to those an id like "node/host:pid:sidecar" names
     (else "h" and 1). Other fields (status, interval, notes, ...) by name."""
-    parts = id.split("/")[-1].split(":")
+    parts = id.rsplit("/", maxsplit=1)[-1].split(":")
     if host is None:
         host = parts[0] if len(parts) > 1 else "h"
     if pid is None:

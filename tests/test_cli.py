@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import re
 import subprocess
 import sys
 from collections import defaultdict
 
+import pytest
 from helpers import burn_code, python_script, run_cli
 from jobs import job
 

@@ -18,8 +18,8 @@ from helpers import burn
 from workerscope import Subscriber, Timeline, monitor, span
 from workerscope.export.html import to_html
 from workerscope.export.terminal import functions_table, gantt, jobs_table
-from workerscope.units import short_worker
 from workerscope.timeline import Span, Worker
+from workerscope.units import short_worker
 from workerscope.worker import link as launcher
 
 _SECONDS = {"ns": 1e-9, "µs": 1e-6, "ms": 1e-3, "s": 1.0}

@@ -19,7 +19,7 @@ def test_defaults(clean_env):
 @pytest.mark.parametrize("interval", [0.001, 0.0099, 3601, -1, float("nan")])
 def test_interval_out_of_range(clean_env, interval):
     """An interval outside 0.01..3600 s is a ConfigError naming the range."""
-    with pytest.raises(ConfigError, match="between 0.01 and 3600"):
+    with pytest.raises(ConfigError, match=r"between 0\.01 and 3600"):
         resolve(interval=interval)
 
 

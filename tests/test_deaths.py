@@ -55,8 +55,8 @@ def death_timeline() -> Timeline:
     tree has three processes (python 100, stress 102, gzip 103). h2 is killed by SIGKILL at
     4 s, h3 exits with status 3 at 5 s, h4 runs a clean job with one failing call."""
     t = Timeline()
-    for wid, pid, status in ((OOM, 100, "killed"), (SIGKILLED, 200, "killed"),
-                             (EXITED, 300, "killed"), (HEALTHY, 400, "exited")):
+    for wid, status in ((OOM, "killed"), (SIGKILLED, "killed"), (EXITED, "killed"),
+                        (HEALTHY, "exited")):
         t.workers[wid] = worker(wid, status=status, interval=0.5)
     t.workers[OOM].notes.append(f"died inside a job: {OOM_ERROR}")
     _job(t, OOM, 100, 0, 6, "oom_killed", OOM_ERROR, OOM_DEATH)

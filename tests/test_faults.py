@@ -95,7 +95,7 @@ def test_profiled_survives_sidecar_death_and_restarts_it(clean_env, tmp_path):
     lost = [load(tmp_path / f) for f in files]
     statuses = sorted(next(iter(t.workers.values())).status for t in lost)
     assert statuses == ["idle", "sidecar_lost"]
-    crunched = [t for t in lost if next(iter(t.workers.values())).status == "sidecar_lost"][0]
+    crunched = next(t for t in lost if next(iter(t.workers.values())).status == "sidecar_lost")
     assert {"load_rows", "crunch"} <= {s.name for s in crunched.spans}
     assert wrapped(5) == job(5)
     second = next(iter(launcher._links.values())).proc

@@ -87,9 +87,9 @@ def test_out_with_unknown_extension_fails_at_the_call(make, tmp_path):
 def test_monitor_out_in_a_missing_folder_fails_before_the_block(tmp_path):
     """monitor(out=...) into a folder that does not exist fails before the block runs."""
     ran = []
-    with pytest.raises(ConfigError, match="no such folder"):
-        with monitor(out=str(tmp_path / "missing" / "t.wsc")):
-            ran.append(1)
+    with (pytest.raises(ConfigError, match="no such folder"),
+          monitor(out=str(tmp_path / "missing" / "t.wsc"))):
+        ran.append(1)
     assert not ran
 
 

@@ -14,6 +14,7 @@ from workerscope import Subscriber, profiled, protocol
 from workerscope.errors import ProtocolError
 from workerscope.transport import dealer
 
+
 def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
     """Poll a condition that has no event to wait on, up to `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -16,7 +16,8 @@ from workerscope.sidecar.tree import ProcessTree
 
 # The job: a child that forks a grandchild and exits, so the grandchild is reparented away from
 # the tree (a daemon's double fork). The grandchild burns CPU (`burn`), writes its pid to
-# `pid_file` (its stdio on /dev/null), with setsid "1" calls setsid() once `go` exists, then waits until `end` exists.
+# `pid_file` (its stdio on /dev/null), with setsid "1" calls setsid() once `go` exists, then
+# waits until `end` exists.
 # The middle process exits at once, or once `go` exists when that is given; the job reaps it,
 # waits for the pid file, and for `exit_file` when that is given.
 DOUBLE_FORK = """
@@ -120,8 +121,9 @@ def start_job(tmp_path, setsid: bool) -> tuple[subprocess.Popen[bytes], int]:
     """The double-forking job, its middle process waiting for `go`, in a process group of
     its own; returns it and the grandchild's pid."""
     pid_file = tmp_path / "pid"
-    job = subprocess.Popen(python_script(DOUBLE_FORK) + [
-        str(pid_file), str(tmp_path / "go"), str(tmp_path / "end"), str(tmp_path / "exit"),
+    job = subprocess.Popen([
+        *python_script(DOUBLE_FORK), str(pid_file), str(tmp_path / "go"), str(tmp_path / "end"),
+        str(tmp_path / "exit"),
         burn_code(0.0), "1" if setsid else "0"], process_group=0)
     wait_until(lambda: read_pid(pid_file) is not None, "the grandchild")
     pid = read_pid(pid_file)
@@ -216,8 +218,8 @@ def test_a_stranger_in_a_shared_session_is_not_taken(tmp_path):
     CPU of unrelated daemons count in a job's tree."""
     root = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     pid_file = tmp_path / "pid"
-    stranger = subprocess.Popen(python_script(DOUBLE_FORK) + [
-        str(pid_file), "-", str(tmp_path / "end"), "-", burn_code(0.0), "0"])
+    stranger = subprocess.Popen([
+        *python_script(DOUBLE_FORK), str(pid_file), "-", str(tmp_path / "end"), "-", burn_code(0.0), "0"])
     daemon = None
     tree = ProcessTree(root.pid)
     try:

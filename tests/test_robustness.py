@@ -26,9 +26,8 @@ TESTS = os.path.dirname(__file__)
 
 def test_unencodable_attributes_do_not_break_the_job(clean_env):
     """Span attrs msgpack can't carry (a Path, an object) become text; the job is unharmed."""
-    with monitor(interval=0.5) as m:
-        with span("load", path=pathlib.PurePosixPath("/data/x"), thing=object()):
-            load_rows(1)
+    with monitor(interval=0.5) as m, span("load", path=pathlib.PurePosixPath("/data/x"), thing=object()):
+        load_rows(1)
     s = next(x for x in m.timeline.spans if x.name == "load")
     assert s.attrs["path"] == "PurePosixPath('/data/x')"
     assert m.timeline.jobs[0].status == "ok"
@@ -39,9 +38,8 @@ def test_concurrent_jobs_in_threads(clean_env):
     results = {}
 
     def work(i):
-        with monitor(interval=0.05, name=f"t{i}") as m:
-            with span(f"inside{i}"):
-                time.sleep(0.2)
+        with monitor(interval=0.05, name=f"t{i}") as m, span(f"inside{i}"):
+            time.sleep(0.2)
         results[i] = m.timeline
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
@@ -216,9 +214,8 @@ def test_light_mode_bad_endpoint_still_runs_the_job(clean_env):
 
 def test_bytes_attributes_in_every_format(clean_env, tmp_path):
     """A span attribute holding bytes does not stop any export."""
-    with monitor(interval=0.5) as m:
-        with span("fetch", key=b"s3://bucket/key"):
-            load_rows(1)
+    with monitor(interval=0.5) as m, span("fetch", key=b"s3://bucket/key"):
+        load_rows(1)
     for name in ("t.json", "t.wsc", "t.html", "t.csv"):
         assert os.path.getsize(m.timeline.save(tmp_path / name)) > 0
 

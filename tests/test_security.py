@@ -17,6 +17,7 @@ from collections.abc import Callable
 import msgpack
 import pytest
 import zmq
+from factories import span_record
 from helpers import python_script
 
 from workerscope import Subscriber, monitor, profiled, protocol
@@ -200,7 +201,7 @@ def _spans_frame(worker: str, seq: int) -> bytes:
     t = time.monotonic_ns()
     n = 37_000
     while True:
-        records = [[0, None, i, None, "s", t, t, 1, None, None] for i in range(n)]
+        records = [span_record(id=i, start_ns=t) for i in range(n)]
         frame = protocol.encode_frame("spans", worker, seq, {"pid": 7, "records": records})
         if len(frame) <= MAX_FRAME_BYTES:
             return frame

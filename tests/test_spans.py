@@ -136,8 +136,7 @@ def test_threads_have_their_own_parents(clean_env):
 def test_exception_in_monitor_block_marks_job_error(clean_env):
     """A job whose block raises ends with status error and the exception type, and re-raises."""
     m = monitor(interval=0.5, name="bad-job")
-    with pytest.raises(ZeroDivisionError):
-        with m:
-            1 / 0
+    with pytest.raises(ZeroDivisionError), m:
+        _ = 1 / 0
     (job,) = m.timeline.jobs
     assert (job.name, job.status, job.error) == ("bad-job", "error", "ZeroDivisionError")

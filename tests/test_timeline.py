@@ -5,39 +5,36 @@ from __future__ import annotations
 import json
 
 import pytest
+from factories import frame, sample, span, span_record, timeline, worker
 
 from workerscope import Timeline, load, protocol
 from workerscope.builder import build
 from workerscope.errors import WorkerscopeError
 from workerscope.export.chrome import to_chrome
-from workerscope.timeline import Sample, Span, Worker
 
 
 def frames_of_worker(wid, host, pid, wall, mono, records=(), jobs=((1, 100, 900),)):
     """Frames one sidecar would send: hello, jobs, one sample, the given span records."""
     seq = iter(range(1000))
-    out = [protocol.encode_frame("hello", wid, next(seq), {
-        "host": host, "pid": pid, "anchor": [wall, mono], "interval": 0.1})]
-    for job, start, end in jobs:
-        out.append(protocol.encode_frame("job_start", wid, next(seq),
-                                         {"job": job, "name": f"job{job}", "t": mono + start,
-                                          "pid": pid, "tid": pid}))
-    out.append(protocol.encode_frame("sample", wid, next(seq), {
-        "t": mono + 500, "tree": {"cpu_percent": 50.0}, "procs": [[pid, {"rss_bytes": 10}]],
-        "host": {"cpu_percent": 5.0}, "new": [[pid, 1, "python"]]}))
-    out.append(protocol.encode_frame("spans", wid, next(seq), {
-        "pid": pid, "records": [list(r) for r in records], "threads": [[pid, "MainThread"]]}))
-    for job, start, end in jobs:
-        out.append(protocol.encode_frame("job_end", wid, next(seq),
-                                         {"job": job, "t": mono + end, "status": "ok"}))
+    out = [frame("hello", worker=wid, seq=next(seq), host=host, pid=pid, anchor=[wall, mono],
+                 interval=0.1)]
+    out += [frame("job_start", worker=wid, seq=next(seq), job=job, name=f"job{job}", t=mono + start,
+                  pid=pid, tid=pid) for job, start, _ in jobs]
+    out.append(frame("sample", worker=wid, seq=next(seq), t=mono + 500, tree={"cpu_percent": 50.0},
+                     procs=[[pid, {"rss_bytes": 10}]], host={"cpu_percent": 5.0},
+                     new=[[pid, 1, "python"]]))
+    out.append(frame("spans", worker=wid, seq=next(seq), pid=pid, records=[list(r) for r in records],
+                     threads=[[pid, "MainThread"]]))
+    out += [frame("job_end", worker=wid, seq=next(seq), job=job, t=mono + end, status="ok")
+            for job, _, end in jobs]
     return out
 
 
 def test_two_workers_share_one_wall_axis():
     """Monotonic times of two sidecars with different anchors land on one wall-clock axis."""
-    rec = (protocol.RECORD_SPAN, 1, 2, 1, "f", 200, 300, 11, None, None)
+    rec = span_record(job=1, id=2, parent=1, name="f", start_ns=200, end_ns=300, tid=11)
     a = frames_of_worker("a", "h1", 11, wall=1_000_000, mono=0, records=[rec])
-    rec_b = (protocol.RECORD_SPAN, 1, 2, 1, "f", 50_200, 50_300, 11, None, None)
+    rec_b = span_record(job=1, id=2, parent=1, name="f", start_ns=50_200, end_ns=50_300, tid=11)
     b = frames_of_worker("b", "h2", 11, wall=1_000_000, mono=50_000, records=[rec_b])
     t = build(a + b)
     fa, fb = (s for s in t.spans if s.name == "f")
@@ -48,8 +45,9 @@ def test_two_workers_share_one_wall_axis():
 
 def test_wsc_round_trip(tmp_path):
     """save(.wsc) then load gives back an equal timeline."""
-    t = build(frames_of_worker(
-        "w", "h", 5, 10**18, 0, records=[(0, 1, 2, 1, "f", 200, 300, 5, {"k": [1, 2]}, "ValueError")]))
+    rec = span_record(job=1, id=2, parent=1, name="f", start_ns=200, end_ns=300, tid=5,
+                      attrs={"k": [1, 2]}, error="ValueError")
+    t = build(frames_of_worker("w", "h", 5, 10**18, 0, records=[rec]))
     path = t.save(tmp_path / "t.wsc")
     back = load(path)
     assert back == t
@@ -65,12 +63,13 @@ def test_repr_is_one_short_line_of_counts():
     assert "from 2023-11-14T22:13:20" in text and text.endswith(">"), text
     big = t.merge(t)
     for k in range(50_000):
-        big.spans.append(Span("a", 1, 10 + k, 1, "f", wall + k, wall + k + 10**10, 11, 11))
+        big.spans.append(span(worker="a", job=1, id=10 + k, parent=1, start_ns=wall + k,
+                              end_ns=wall + k + 10**10, pid=11))
     text = repr(big)
     assert "\n" not in text and len(text) < 200, text
     assert "50,002 spans" in text and ", 10 s from" in text, text
     assert repr(Timeline()) == "<Timeline: 0 workers, 0 jobs, 0 spans, 0 marks, 0 samples, 0 processes>"
-    odd = Timeline(spans=[Span("a", 1, 1, None, "f", -10**20, 0, 1, 1)])  # before year 1
+    odd = timeline(spans=[span(worker="a", job=1, start_ns=-10**20, end_ns=0)])  # before year 1
     assert repr(odd).endswith(f"from {-10**20} ns>"), repr(odd)
     assert t != big and t == build(frames_of_worker("a", "h1", 11, wall, 0)
                                    + frames_of_worker("b", "h2", 12, wall, 0))
@@ -83,7 +82,7 @@ def test_load_refuses_what_it_cannot_read(tmp_path):
     for name in ("bad.wsc", "other.wsc", "x.json"):
         with pytest.raises(WorkerscopeError):
             load(tmp_path / name)
-    with pytest.raises(WorkerscopeError, match="use one of .*.json.*.wsc"):
+    with pytest.raises(WorkerscopeError, match=r"use one of .*\.json.*\.wsc"):
         Timeline().save(tmp_path / "t.txt")
 
 
@@ -95,15 +94,17 @@ def test_save_is_atomic_on_failure(tmp_path):
 
 
 def _span(sid, start, end, tid=1, pid=10, parent=None, worker="w"):
-    return Span(worker, 1, sid, parent, f"s{sid}", start, end, pid, tid)
+    """Span `sid` of job 1, named s<sid>."""
+    return span(worker=worker, job=1, id=sid, parent=parent, name=f"s{sid}", start_ns=start,
+                end_ns=end, pid=pid, tid=tid)
 
 
 def test_chrome_trace_structure():
     """X events are relative microseconds; counters are <scope>.<metric>; names are M events."""
-    t = Timeline(workers={"w": Worker("w", host="h", pid=10)},
+    t = timeline(workers=[worker("w", pid=10)],
                  spans=[_span(1, 10_000, 20_000), _span(2, 12_000, 15_000, parent=1)],
-                 samples=[Sample("w", 10_000, "tree", 10, {"cpu_percent": 99.0}),
-                          Sample("w", 11_000, "proc", 12, {"rss_bytes": 5})],
+                 samples=[sample(t_ns=10_000, pid=10, cpu_percent=99.0),
+                          sample(t_ns=11_000, scope="proc", pid=12, rss_bytes=5)],
                  processes={("w", 10): "python", ("w", 12): "child"},
                  threads={("w", 10, 1): "MainThread"})
     d = to_chrome(t)
@@ -120,8 +121,7 @@ def test_chrome_trace_structure():
 
 def test_chrome_overlapping_spans_become_async():
     """Spans that overlap without nesting on one thread go out as b/e pairs, not broken X."""
-    t = Timeline(workers={"w": Worker("w", host="h", pid=10)},
-                 spans=[_span(1, 0, 10_000), _span(2, 5_000, 15_000)])
+    t = timeline(workers=[worker("w", pid=10)], spans=[_span(1, 0, 10_000), _span(2, 5_000, 15_000)])
     ev = to_chrome(t)["traceEvents"]
     assert [e["name"] for e in ev if e["ph"] == "X"] == ["s1"]
     be = [(e["ph"], e["name"]) for e in ev if e["ph"] in "be"]
@@ -130,8 +130,8 @@ def test_chrome_overlapping_spans_become_async():
 
 def test_chrome_colliding_pids_of_two_hosts_are_separated():
     """The same pid on two hosts becomes two trace processes, and the mapping is recorded."""
-    t = Timeline(workers={"a": Worker("a", host="h1", pid=10), "b": Worker("b", host="h2", pid=10)},
-                 spans=[_span(1, 0, 10, worker="a"), _span(1, 0, 10, worker="b")])
+    t = timeline(workers=[worker("a", host="h1", pid=10), worker("b", host="h2", pid=10)],
+                 spans=[_span(1, 0, 10, worker="a"), _span(1, 0, 10, worker="b")], sort=False)
     d = to_chrome(t)
     pids = {e["pid"] for e in d["traceEvents"] if e["ph"] == "X"}
     assert len(pids) == 2 and 10 in pids
