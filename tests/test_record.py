@@ -191,6 +191,7 @@ def step() -> int:
 
 
 def test_a_torn_record_loads_up_to_its_last_whole_entry(clean_env, tmp_path, caplog):
+    """A record cut inside its last entry loads every whole entry before it, and says so."""
     path = str(tmp_path / "run.wsc")
     size = _small_record(path)
     whole = load(path)
@@ -204,6 +205,8 @@ def test_a_torn_record_loads_up_to_its_last_whole_entry(clean_env, tmp_path, cap
 
 
 def test_an_empty_or_foreign_record_is_a_clear_error(tmp_path, capsys):
+    """An empty file, or one cut inside the magic, is a WorkerscopeError that says which, and
+    `workerscope report` prints it without a traceback."""
     empty = tmp_path / "empty.wsc"
     empty.write_bytes(b"")
     with pytest.raises(WorkerscopeError, match="is empty"):
@@ -218,6 +221,7 @@ def test_an_empty_or_foreign_record_is_a_clear_error(tmp_path, capsys):
 
 
 def test_the_report_command_reads_a_record(clean_env, tmp_path, capsys):
+    """`workerscope report RECORD` prints the report of a record written by a monitored job."""
     path = str(tmp_path / "run.wsc")
     _small_record(path)
     assert main(["report", path]) == 0

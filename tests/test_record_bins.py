@@ -52,6 +52,8 @@ def record(tmp_path_factory):
 
 
 def test_a_long_record_loads_binned_within_its_budget(record, caplog):
+    """Past its sample budget a record loads binned, with a warning and a note per worker; the
+    totals, the one peak and the first samples survive as they came."""
     with caplog.at_level(logging.WARNING, logger="workerscope.record"):
         t = load(record, max_sample_bytes=2_000 * 800)
     assert 0 < len(t.samples) <= 2_000
@@ -80,6 +82,7 @@ def test_a_long_record_loads_binned_within_its_budget(record, caplog):
 
 
 def test_every_sample_without_a_budget(record):
+    """With max_sample_bytes=None every sample loads, and no worker says it was binned."""
     t = load(record, max_sample_bytes=None)
     assert len(t.samples) == 80_000
     assert not any("binned" in n for w in t.workers.values() for n in w.notes)
@@ -104,6 +107,7 @@ def test_binned_loading_holds_far_less_memory(tmp_path):
 
 
 def test_report_bins_a_record_past_its_budget_and_keeps_all_with_0(record, tmp_path, capsys):
+    """`report --max-sample-mib 1` bins, 0 keeps every sample, and a negative budget is refused."""
     from workerscope.cli import main
 
     out = tmp_path / "small.wsc"
