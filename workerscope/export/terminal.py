@@ -17,7 +17,7 @@ from ..protocol import Status
 from ..timeline import Span, Timeline
 from ..units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
 from .attribution import DIED, Attribution, function_table, workers_table
-from .deaths import by_worker, deaths, figures, is_cut_short
+from .deaths import Death, by_worker, deaths, figures, is_cut_short
 from .lanes import layout
 from .overhead import cost_text, costs, summary
 
@@ -38,72 +38,99 @@ def gantt(t: Timeline, width: int = 80, color: bool = False) -> str:
     start, end = t.start_ns, t.end_ns
     if start is None or end is None:
         return "(empty timeline)\n"
-    cpu_by_worker: dict[str, list[tuple[int, float]]] = {}
-    for smp in t.samples:
-        if smp.scope == "tree" and "cpu_percent" in smp.values:
-            cpu_by_worker.setdefault(smp.worker, []).append((smp.t_ns, smp.values["cpu_percent"]))
+    cpu_by_worker = _tree_cpu(t)
     peak_cpu = max((v for rows in cpu_by_worker.values() for _, v in rows), default=0.0)
     scale = max(100.0, peak_cpu)
     cpu_label = f"  cpu (█ = {fmt_percent(scale)})"  # what a full block stands for
     label_w = min(28, max([len(short_worker(w)) + 9 for w in t.workers] + [len(cpu_label)]))
-    cols = max(width - label_w - 3, 10)
-    span_ns = max(end - start, 1)
-
-    def col(ts: int) -> int:
-        return min(cols - 1, max(0, (ts - start) * cols // span_ns))
+    ax = _Axis(start, end, max(width - label_w - 3, 10))
     zero = fmt_seconds(0)
-    axis = f"{'':<{label_w}} |{zero}{fmt_seconds(span_ns / 1e9):>{cols - len(zero)}}|"
-    lines = [axis]
+    lines = [f"{'':<{label_w}} |{zero}{fmt_seconds(ax.span_ns / 1e9):>{ax.cols - len(zero)}}|"]
     died_in = by_worker(t)
     for wid in sorted(t.workers):
         w = t.workers[wid]
-        mine, row_of, job_row = _rows(t, wid)
-        rows = [[" "] * cols for _ in range(max(row_of, default=0) + 1)]
-        for j in t.jobs:
-            if j.worker == wid:
-                row = rows[job_row.get((j.pid, j.id), 0)]
-                for c in range(col(j.start_ns), col(j.end_ns if j.end_ns else end) + 1):
-                    row[c] = "░"
-        spans = [(s, rows[k]) for s, k in zip(mine, row_of, strict=True) if s.kind != "job"]
-        for s, row in spans:
-            for c in range(col(s.start_ns), col(s.end_ns) + 1):
-                row[c] = "█"
-        for s, row in spans:  # drawn over the rest: what was lost to a death must not be hidden
-            if is_cut_short(s):
-                for c in range(col(s.start_ns), col(s.end_ns) + 1):
-                    row[c] = "▓"
-        for s, row in spans:
-            if s.error:
-                row[col(s.end_ns)] = "!"
-        if wid in died_in:
-            d = died_in[wid]
-            rows[job_row.get((d.job.pid, d.job.id), 0)][col(d.t_ns)] = "✗"
-        elif w.status in DIED:
-            last = max((j.end_ns or end for j in t.jobs if j.worker == wid), default=end)
-            rows[0][col(last)] = "✗"
-        for k, row in enumerate(rows):
+        status = w.status if w.status != Status.RUNNING else ""
+        for k, row in enumerate(_span_rows(t, wid, ax, died_in)):
             text = "".join(row)
             if color:
                 text = text.replace("✗", f"{RED}✗{RESET}").replace("!", f"{RED}!{RESET}")
-            status = w.status if w.status != Status.RUNNING else ""
             label = f"{short_worker(wid)} {status}" if k == 0 else f"{_LANE_2[:-1]}{k + 1}"
             lines.append(f"{label[:label_w]:<{label_w}} |{text}|")
-        cpu_row = [" "] * cols
-        cpu_rows = sorted(cpu_by_worker.get(wid, []))
-        times = [ts for ts, _ in cpu_rows]
-        for c in range(cols):
-            # cpu_percent describes the interval that ends at its sample: a column shows the
-            # sample whose interval covers the column's middle.
-            mid = start + (2 * c + 1) * span_ns // (2 * cols)
-            i = bisect.bisect_left(times, mid)
-            if 0 < i < len(cpu_rows) or (i == 0 and cpu_rows and times[0] == mid):
-                level = round(cpu_rows[i][1] / scale * (len(LEVELS) - 1))
-                cpu_row[c] = LEVELS[max(1, min(level, len(LEVELS) - 1))]
-        cpu = "".join(cpu_row)
+        cpu = _cpu_row(sorted(cpu_by_worker.get(wid, [])), ax, scale)
         if color:
             cpu = f"{DIM}{cpu}{RESET}"
         lines.append(f"{cpu_label:<{label_w}} |{cpu}|")
     return "\n".join(lines) + "\n"
+
+
+class _Axis:
+    """The Gantt's time axis: `cols` columns from `start` to `end`."""
+
+    def __init__(self, start: int, end: int, cols: int) -> None:
+        self.start, self.end, self.cols = start, end, cols
+        self.span_ns = max(end - start, 1)
+
+    def col(self, ts: int) -> int:
+        return min(self.cols - 1, max(0, (ts - self.start) * self.cols // self.span_ns))
+
+
+def _tree_cpu(t: Timeline) -> dict[str, list[tuple[int, float]]]:
+    """Each worker's tree cpu_percent samples, as (t_ns, value)."""
+    cpu_by_worker: dict[str, list[tuple[int, float]]] = {}
+    for smp in t.samples:
+        if smp.scope == "tree" and "cpu_percent" in smp.values:
+            cpu_by_worker.setdefault(smp.worker, []).append((smp.t_ns, smp.values["cpu_percent"]))
+    return cpu_by_worker
+
+
+def _span_rows(t: Timeline, wid: str, ax: _Axis, died_in: dict[str, Death]) -> list[list[str]]:
+    """A worker's rows of cells: its jobs, its spans over them, then where it died."""
+    mine, row_of, job_row = _rows(t, wid)
+    rows = [[" "] * ax.cols for _ in range(max(row_of, default=0) + 1)]
+    for j in t.jobs:
+        if j.worker == wid:
+            _fill(rows[job_row.get((j.pid, j.id), 0)], ax, j.start_ns, j.end_ns or ax.end, "░")
+    _draw_spans([(s, rows[k]) for s, k in zip(mine, row_of, strict=True) if s.kind != "job"], ax)
+    if wid in died_in:
+        d = died_in[wid]
+        rows[job_row.get((d.job.pid, d.job.id), 0)][ax.col(d.t_ns)] = "✗"
+    elif t.workers[wid].status in DIED:
+        last = max((j.end_ns or ax.end for j in t.jobs if j.worker == wid), default=ax.end)
+        rows[0][ax.col(last)] = "✗"
+    return rows
+
+
+def _fill(row: list[str], ax: _Axis, start_ns: int, end_ns: int, cell: str) -> None:
+    for c in range(ax.col(start_ns), ax.col(end_ns) + 1):
+        row[c] = cell
+
+
+def _draw_spans(spans: list[tuple[Span, list[str]]], ax: _Axis) -> None:
+    """Each span on its row; then, over the rest, the spans cut short (what was lost to a
+    death must not be hidden), then a failed span's end."""
+    for s, row in spans:
+        _fill(row, ax, s.start_ns, s.end_ns, "█")
+    for s, row in spans:
+        if is_cut_short(s):
+            _fill(row, ax, s.start_ns, s.end_ns, "▓")
+    for s, row in spans:
+        if s.error:
+            row[ax.col(s.end_ns)] = "!"
+
+
+def _cpu_row(cpu_rows: list[tuple[int, float]], ax: _Axis, scale: float) -> str:
+    """A worker's tree CPU as one block per column, sorted samples `cpu_rows` scaled to `scale`."""
+    cpu_row = [" "] * ax.cols
+    times = [ts for ts, _ in cpu_rows]
+    for c in range(ax.cols):
+        # cpu_percent describes the interval that ends at its sample: a column shows the
+        # sample whose interval covers the column's middle.
+        mid = ax.start + (2 * c + 1) * ax.span_ns // (2 * ax.cols)
+        i = bisect.bisect_left(times, mid)
+        if 0 < i < len(cpu_rows) or (i == 0 and cpu_rows and times[0] == mid):
+            level = round(cpu_rows[i][1] / scale * (len(LEVELS) - 1))
+            cpu_row[c] = LEVELS[max(1, min(level, len(LEVELS) - 1))]
+    return "".join(cpu_row)
 
 
 MAX_ROWS = 8  # span rows per worker in the Gantt; jobs beyond share the last
