@@ -1,9 +1,9 @@
 """Perfetto's native protobuf trace (.pftrace): ~40 bytes a span, for ui.perfetto.dev at any size.
 
 Built with the `perfetto` package's generated protos (the `trace` extra), never by hand. Packets
-go into a `Trace` message that is written out and cleared every CHUNK packets: Trace messages
-written one after another are one Trace (protobuf merges repeated fields), so memory stays
-bounded whatever the trace's size.
+go into a `Trace` message that is written out and cleared every CHUNK packets
+(pftrace_packets.py): Trace messages written one after another are one Trace (protobuf merges
+repeated fields), so memory stays bounded whatever the trace's size.
 
 What the UI shows:
 - a machine per host (SystemInfo.machine_name): the first host is the trace's own machine, the
@@ -26,21 +26,15 @@ and the HTML report (~50 bytes a span more here).
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterable
-from typing import IO, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from ..errors import WorkerscopeError
 from ..timeline import Job, Mark, Span, Timeline, write_atomic
 from .attribution import NOT_FAILED
 from .chrome import span_args, split_nested
 from .counters import CounterGroup, counter_groups, counter_name, group_values
-
-CHUNK = 4096  # packets per Trace message written
-_BOOTTIME = 6  # BuiltinClock ids
-_REALTIME = 1
-_INCREMENTAL = 64  # 64-127: clocks scoped to one packet sequence
-_INT64 = 2**63
+from .pftrace_packets import BOOTTIME, INT64, REALTIME, PacketSequence, Tracks, Writer
 
 
 def trace_protos() -> Any:
@@ -57,144 +51,58 @@ def trace_protos() -> Any:
     return perfetto_trace_pb2
 
 
-class _Writer:
-    """Packets into chunked Trace messages, written to `f` as they fill."""
-
-    def __init__(self, f: IO[bytes], pb: Any) -> None:
-        self.f, self.pb = f, pb
-        self.trace = pb.Trace()
-        self.count = 0
-        self.uuids = itertools.count(1)  # small uuids: 1-2 byte varints in every event
-        self.sequences = itertools.count(1)
-
-    def packet(self, machine: int) -> Any:
-        if self.count >= CHUNK:
-            self.flush()
-        self.count += 1
-        p = self.trace.packet.add()
-        if machine:
-            p.machine_id = machine
-        return p
-
-    def flush(self) -> None:
-        if self.count:
-            self.f.write(self.trace.SerializeToString())
-            # A new message, not Clear(): protobuf's upb backend keeps a message's memory in an
-            # arena that Clear() does not give back, so one reused Trace grew by the whole file.
-            self.trace = self.pb.Trace()
-            self.count = 0
-
-
-class _Sequence:
-    """One packet sequence: its own incremental clock, default track and interning tables."""
-
-    def __init__(self, w: _Writer, machine: int, t0: int, track: int) -> None:
-        self.w, self.machine, self.id, self.last = w, machine, next(w.sequences), t0
-        self.names: dict[str, int] = {}
-        self.keys: dict[str, int] = {}
-        pb = w.pb
-        p = w.packet(machine)
-        p.trusted_packet_sequence_id = self.id
-        p.timestamp, p.timestamp_clock_id = t0, _BOOTTIME
-        p.sequence_flags = pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-        p.first_packet_on_sequence = True
-        incremental = p.clock_snapshot.clocks.add()
-        incremental.clock_id, incremental.timestamp, incremental.is_incremental = _INCREMENTAL, t0, True
-        boot = p.clock_snapshot.clocks.add()
-        boot.clock_id, boot.timestamp = _BOOTTIME, t0
-        p.trace_packet_defaults.timestamp_clock_id = _INCREMENTAL
-        if track:
-            p.trace_packet_defaults.track_event_defaults.track_uuid = track
-
-    def event(self, t_ns: int, kind: int, name: str | None = None) -> tuple[Any, Any]:
-        """A packet with a TrackEvent of `kind` at t_ns on the default track."""
-        p = self.w.packet(self.machine)
-        # Events come in time order per sequence; a delta cannot be negative (uint64).
-        p.timestamp = max(t_ns - self.last, 0)
-        self.last = max(self.last, t_ns)
-        p.trusted_packet_sequence_id = self.id
-        te = p.track_event
-        te.type = kind
-        if name is not None:
-            iid = self.names.get(name)
-            if iid is None:
-                iid = self.names[name] = len(self.names) + 1
-                entry = p.interned_data.event_names.add()
-                entry.iid, entry.name = iid, name
-            te.name_iid = iid
-            p.sequence_flags = self.w.pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-        return p, te
-
-    def annotate(self, p: Any, te: Any, args: dict[str, Any]) -> None:
-        for key, value in args.items():
-            iid = self.keys.get(key)
-            if iid is None:
-                iid = self.keys[key] = len(self.keys) + 1
-                entry = p.interned_data.debug_annotation_names.add()
-                entry.iid, entry.name = iid, key
-            a = te.debug_annotations.add()
-            a.name_iid = iid
-            if isinstance(value, bool):
-                a.bool_value = value
-            elif isinstance(value, int) and -_INT64 <= value < _INT64:
-                a.int_value = value
-            elif isinstance(value, float):
-                a.double_value = value
-            elif isinstance(value, str):
-                a.string_value = value
-            else:  # attrs may hold anything (dicts, bytes, numpy values): never fail on them
-                a.string_value = json.dumps(value, default=repr)
-        p.sequence_flags = self.w.pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-
-
-class _Tracks:
-    """Track descriptors, written first, children ranked in the order they are made."""
-
-    def __init__(self, w: _Writer) -> None:
-        self.w = w
-        self.rank: dict[int, int] = {}
-
-    def add(self, machine: int, parent: int = 0, name: str = "", counter: bool = False) -> Any:
-        p = self.w.packet(machine)
-        d = p.track_descriptor
-        d.uuid = next(self.w.uuids)
-        if parent:
-            d.parent_uuid = parent
-            d.sibling_order_rank = self.rank[parent] = self.rank.get(parent, 0) + 1
-        if name:
-            d.name = name
-        if counter:
-            d.counter.SetInParent()
-        else:
-            d.child_ordering = self.w.pb.TrackDescriptor.EXPLICIT
-        return d
-
-
 def write_pftrace(t: Timeline, path: str) -> str:
     """Write `t` as a Perfetto protobuf trace at `path` (through a temporary file and a rename).
     Needs the perfetto package; without it, a WorkerscopeError says how to install it."""
     pb = trace_protos()
     def stream(f: BinaryIO) -> None:
-        w = _Writer(f, pb)
+        w = Writer(f, pb)
         _write(t, w)
         w.flush()
 
     return write_atomic(path, stream)
 
 
-def _write(t: Timeline, w: _Writer) -> None:
+def _write(t: Timeline, w: Writer) -> None:
+    """The machines, then every track descriptor, then each track's events."""
     t0 = t.start_ns or 0
-    host_of = {wid: wk.host for wid, wk in t.workers.items()}
-    machine = {h: i for i, h in enumerate(dict.fromkeys(host_of.values()))}
-
-    def machine_of(wid: str) -> int:
-        h = host_of.get(wid, "")
-        if h not in machine:
-            machine[h] = len(machine)
-        return machine[h]
-
+    machines = _Machines(t)
     workers, devices = counter_groups(t)
-    # Every (worker, pid) and (worker, pid, tid) that has something to show.
+    procs, threads, by_proc = _owners(t, workers)
+    for wid in procs:
+        machines.of(wid)
+    _machine_packets(w, machines, t0)
+    tree = _TrackTree(t, Tracks(w), machines)
+    rank = {wid: i for i, wid in enumerate(t.workers)}
+    for wid in sorted(procs, key=lambda x: (rank.get(x, len(rank)), x)):
+        tree.worker(wid, procs[wid], threads, by_proc)
+    tree.hosts(devices)
+    _slices(t, w, tree.tracks, tree.thread_track, t0)
+    _failed_jobs(t, w, tree.worker_track, machines.of, t0)
+    for g, m, uuids in tree.counters:
+        _counter_events(w, g, m, uuids, t0)
+
+
+class _Machines:
+    """A machine per host, numbered in the order the workers name them (the first, 0, is the
+    trace's own), then in the order other hosts are asked for."""
+
+    def __init__(self, t: Timeline) -> None:
+        self.host_of = {wid: wk.host for wid, wk in t.workers.items()}
+        self.ids = {h: i for i, h in enumerate(dict.fromkeys(self.host_of.values()))}
+
+    def of(self, wid: str) -> int:
+        h = self.host_of.get(wid, "")
+        if h not in self.ids:
+            self.ids[h] = len(self.ids)
+        return self.ids[h]
+
+
+def _owners(t: Timeline, workers: list[CounterGroup]) -> tuple[
+        dict[str, set[int]], dict[tuple[str, int], set[int]],
+        dict[tuple[str, int], list[CounterGroup]]]:
+    """Every (worker, pid) and (worker, pid, tid) that has something to show: the pids of
+    each worker, the tids of each (worker, pid), and the counter groups of each (worker, pid)."""
     procs: dict[str, set[int]] = {wid: {wk.pid} for wid, wk in t.workers.items()}
     threads: dict[tuple[str, int], set[int]] = {}
     for wid, pid in t.processes:
@@ -210,73 +118,87 @@ def _write(t: Timeline, w: _Writer) -> None:
         if g.pid is not None:
             procs.setdefault(g.worker, set()).add(g.pid)
             by_proc.setdefault((g.worker, g.pid), []).append(g)
-    for wid in procs:
-        machine_of(wid)
+    return procs, threads, by_proc
 
-    for h, m in sorted(machine.items(), key=lambda kv: kv[1]):
+
+def _machine_packets(w: Writer, machines: _Machines, t0: int) -> None:
+    """Each machine's name, and its wall clock, so the UI can show times of day."""
+    for h, m in sorted(machines.ids.items(), key=lambda kv: kv[1]):
         p = w.packet(m)
         p.system_info.machine_name = h or "localhost"
-        p = w.packet(m)  # the wall clock, so the UI can show times of day
-        for clock in (_BOOTTIME, _REALTIME):
+        p = w.packet(m)
+        for clock in (BOOTTIME, REALTIME):
             c = p.clock_snapshot.clocks.add()
             c.clock_id, c.timestamp = clock, t0
 
-    tracks = _Tracks(w)
-    # (worker, pid, tid) -> (its track, machine, the track of its process)
-    thread_track: dict[tuple[str, int, int], tuple[int, int, int]] = {}
-    worker_track: dict[str, int] = {}
-    counters: list[tuple[CounterGroup, int, dict[str, int]]] = []  # group, machine, metric -> uuid
 
-    def counter_tracks(g: CounterGroup, parent: int, m: int) -> None:
-        metrics = sorted({k for smp in g.samples for k in smp.values})
-        uuids = {}
-        for metric in metrics:
-            uuids[metric] = tracks.add(m, parent, counter_name(g.scope, metric, g.tid), True).uuid
-        counters.append((g, m, uuids))
+class _TrackTree:
+    """The track descriptors, written in the order the UI lists them, and what goes on which."""
 
-    rank = {wid: i for i, wid in enumerate(t.workers)}
-    for wid in sorted(procs, key=lambda x: (rank.get(x, len(rank)), x)):
-        m = machine_of(wid)
+    def __init__(self, t: Timeline, tracks: Tracks, machines: _Machines) -> None:
+        self.t, self.tracks, self.machines = t, tracks, machines
+        # (worker, pid, tid) -> (its track, machine, the track of its process)
+        self.thread_track: dict[tuple[str, int, int], tuple[int, int, int]] = {}
+        self.worker_track: dict[str, int] = {}
+        self.counters: list[tuple[CounterGroup, int, dict[str, int]]] = []  # group, machine, metric -> uuid
+
+    def worker(self, wid: str, pids: set[int], threads: dict[tuple[str, int], set[int]],
+               by_proc: dict[tuple[str, int], list[CounterGroup]]) -> None:
+        """A worker's process track, named after it, holding its root process's counters and
+        threads, then a track per other process of its tree with that one's."""
+        t, m = self.t, self.machines.of(wid)
         wk = t.workers.get(wid)
-        root = wk.pid if wk else min(procs[wid])
-        d = tracks.add(m)
+        root = wk.pid if wk else min(pids)
+        d = self.tracks.add(m)
         d.process.pid = root
         name = t.processes.get((wid, root))
         label = f"{wk.host}:{wk.pid}" if wk else wid
         d.process.process_name = f"worker {label}" + (f" ({name})" if name else "")
         if wk:
             d.process.process_labels.extend([wk.status, f"{wk.lost} frames lost"])
-        worker_track[wid] = d.uuid
-        for pid in sorted(procs[wid], key=lambda p: (p != root, p)):
+        self.worker_track[wid] = d.uuid
+        for pid in sorted(pids, key=lambda p: (p != root, p)):
             if pid == root:
                 parent = d.uuid
             else:
                 pname = t.processes.get((wid, pid), "process")
-                parent = tracks.add(m, d.uuid, f"{pname} {pid}").uuid
+                parent = self.tracks.add(m, d.uuid, f"{pname} {pid}").uuid
             for g in by_proc.get((wid, pid), []):
-                counter_tracks(g, parent, m)
-            for tid in sorted(threads.get((wid, pid), ())):
-                tname = t.threads.get((wid, pid, tid), f"thread {tid}")
-                if pid == root:
-                    td = tracks.add(m, parent)
-                    td.thread.pid, td.thread.tid, td.thread.thread_name = pid, tid, tname
-                else:
-                    td = tracks.add(m, parent, f"{tname} {tid}")
-                thread_track[(wid, pid, tid)] = (td.uuid, m, parent)
-    for h in dict.fromkeys(g.host for g in devices):
-        m = machine.get(h, 0)
-        parent = tracks.add(m, name=f"host {h or 'localhost'}").uuid
-        for g in devices:
-            if g.host == h:
-                counter_tracks(g, parent, m)
+                self._counter_tracks(g, parent, m)
+            self._threads(wid, pid, pid == root, parent, m, threads.get((wid, pid), set()))
 
-    _slices(t, w, tracks, thread_track, t0)
-    _failed_jobs(t, w, worker_track, machine_of, t0)
-    for g, m, uuids in counters:
-        _counter_events(w, g, m, uuids, t0)
+    def _threads(self, wid: str, pid: int, root: bool, parent: int, m: int,
+                 tids: set[int]) -> None:
+        # The root process's threads are the UI's own thread tracks; another process's are
+        # named tracks under that process's.
+        for tid in sorted(tids):
+            tname = self.t.threads.get((wid, pid, tid), f"thread {tid}")
+            if root:
+                td = self.tracks.add(m, parent)
+                td.thread.pid, td.thread.tid, td.thread.thread_name = pid, tid, tname
+            else:
+                td = self.tracks.add(m, parent, f"{tname} {tid}")
+            self.thread_track[(wid, pid, tid)] = (td.uuid, m, parent)
+
+    def hosts(self, devices: list[CounterGroup]) -> None:
+        """One `host <name>` track per host, with its machine's counters."""
+        for h in dict.fromkeys(g.host for g in devices):
+            m = self.machines.ids.get(h, 0)
+            parent = self.tracks.add(m, name=f"host {h or 'localhost'}").uuid
+            for g in devices:
+                if g.host == h:
+                    self._counter_tracks(g, parent, m)
+
+    def _counter_tracks(self, g: CounterGroup, parent: int, m: int) -> None:
+        metrics = sorted({k for smp in g.samples for k in smp.values})
+        uuids = {}
+        for metric in metrics:
+            uuids[metric] = self.tracks.add(m, parent, counter_name(g.scope, metric, g.tid),
+                                            True).uuid
+        self.counters.append((g, m, uuids))
 
 
-def _slices(t: Timeline, w: _Writer, tracks: _Tracks,
+def _slices(t: Timeline, w: Writer, tracks: Tracks,
             thread_track: dict[tuple[str, int, int], tuple[int, int, int]], t0: int) -> None:
     """Each thread's spans and marks on its track; spans that overlap without nesting (async
     tasks on one event loop) on further tracks beside it, as many as they need."""
@@ -289,15 +211,15 @@ def _slices(t: Timeline, w: _Writer, tracks: _Tracks,
         marks.setdefault((mk.worker, mk.pid, mk.tid), []).append(mk)
     for key, (uuid, m, parent) in thread_track.items():
         nested, rest = split_nested(spans.get(key, []))
-        _lane(_Sequence(w, m, t0, uuid), nested, sorted(marks.get(key, []), key=lambda mk: mk.t_ns),
+        _lane(PacketSequence(w, m, t0, uuid), nested, sorted(marks.get(key, []), key=lambda mk: mk.t_ns),
               jobs)
         while rest:
             nested, rest = split_nested(rest)
             name = f"{t.threads.get(key, 'thread')} {key[2]} (overlapping)"
-            _lane(_Sequence(w, m, t0, tracks.add(m, parent, name).uuid), nested, [], jobs)
+            _lane(PacketSequence(w, m, t0, tracks.add(m, parent, name).uuid), nested, [], jobs)
 
 
-def _lane(seq: _Sequence, nested: list[Span], marks: list[Mark],
+def _lane(seq: PacketSequence, nested: list[Span], marks: list[Mark],
           jobs: dict[tuple[str, int, int], Job]) -> None:
     """Slices that nest, and marks, on one track, in time order: a slice ends before anything
     that starts at its end."""
@@ -306,9 +228,9 @@ def _lane(seq: _Sequence, nested: list[Span], marks: list[Mark],
                            pb.TrackEvent.TYPE_INSTANT)
     stack: list[int] = []
     i = 0
-    for s_start, s in [*((s.start_ns, s) for s in nested), (_INT64, None)]:
+    for s_start, s in [*((s.start_ns, s) for s in nested), (INT64, None)]:
         while True:
-            mark_t = marks[i].t_ns if i < len(marks) else _INT64
+            mark_t = marks[i].t_ns if i < len(marks) else INT64
             if stack and stack[-1] <= min(s_start, mark_t):
                 seq.event(stack.pop(), end)
             elif mark_t <= s_start and i < len(marks):
@@ -327,13 +249,13 @@ def _lane(seq: _Sequence, nested: list[Span], marks: list[Mark],
             stack.append(s.end_ns)
 
 
-def _failed_jobs(t: Timeline, w: _Writer, worker_track: dict[str, int], machine_of: Any,
+def _failed_jobs(t: Timeline, w: Writer, worker_track: dict[str, int], machine_of: Any,
                  t0: int) -> None:
     """A failed or killed job is also an instant on its worker's track, easy to spot."""
     failed = sorted((j for j in t.jobs if j.status not in NOT_FAILED and j.worker in worker_track),
                     key=lambda j: (j.worker, j.end_ns if j.end_ns is not None else j.start_ns))
     for wid, group in itertools.groupby(failed, key=lambda j: j.worker):
-        seq = _Sequence(w, machine_of(wid), t0, worker_track[wid])
+        seq = PacketSequence(w, machine_of(wid), t0, worker_track[wid])
         for j in group:
             end = j.end_ns if j.end_ns is not None else j.start_ns
             p, te = seq.event(end, w.pb.TrackEvent.TYPE_INSTANT, f"job {j.status}: {j.name}")
@@ -343,12 +265,12 @@ def _failed_jobs(t: Timeline, w: _Writer, worker_track: dict[str, int], machine_
             seq.annotate(p, te, {k: v for k, v in args.items() if v is not None})
 
 
-def _counter_events(w: _Writer, g: CounterGroup, m: int, uuids: dict[str, int], t0: int) -> None:
+def _counter_events(w: Writer, g: CounterGroup, m: int, uuids: dict[str, int], t0: int) -> None:
     """One counter event per sample, its values on their tracks (the first as the event's own,
     the rest as extra values); a value equal to its track's previous one is left out, except
     in the last sample, so every track ends where its samples end."""
     pb = w.pb
-    seq = _Sequence(w, m, t0, 0)
+    seq = PacketSequence(w, m, t0, 0)
     last: dict[str, float] = {}
     final = g.samples[-1].t_ns if g.samples else 0
     for t_ns, values in group_values(g):
@@ -380,4 +302,4 @@ def _extras(te: Any, uuids: dict[str, int], values: Iterable[tuple[str, float]],
 
 def _is_int(v: float) -> bool:
     """Whole numbers go out as int64 varints (a byte count in ~5 bytes, not a double's 8)."""
-    return isinstance(v, int) or (v.is_integer() and -_INT64 <= v < _INT64)
+    return isinstance(v, int) or (v.is_integer() and -INT64 <= v < INT64)
