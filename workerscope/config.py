@@ -1,73 +1,79 @@
-"""One frozen settings object. Arguments come first; WORKERSCOPE_* variables override them.
+"""One frozen settings object, each setting declared once. Arguments come first; WORKERSCOPE_*
+variables override them.
 
 Overriding lets an operator turn a deployed job to heavy mode, or point it at a driver,
 without touching its code: the variables are read in the worker, where the job runs.
+
+Each setting is one field of Config, and its metadata says everything else about it: the
+variable that overrides it, its parser (type and range), whether it belongs to the sidecar
+(LINK: fixed when a worker's sidecar starts, so jobs that differ in it get a sidecar of their
+own) or to each job (JOB: it travels in the job's job_start), and whether it is secret (the
+endpoint carries a private key: never in a repr, a log line or an error message). The
+variable table, the sidecar's key, the options profiled, monitor and the engine wrappers take
+(Options) and the README's table are all derived from it, and tests check that they are.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
+import enum
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, TypedDict
 
 from .errors import ConfigError
 
 MODES = ("heavy", "light", "off")
 MIN_INTERVAL = 0.01
 MAX_INTERVAL = 3600.0
+PREFIX = "WORKERSCOPE_"
+
+class Scope(str, enum.Enum):
+    """Where a setting takes effect."""
+
+    LINK = "link"  # a worker's sidecar, from its start: another value means another sidecar
+    JOB = "job"  # each job: sent with its start
 
 
-@dataclasses.dataclass(frozen=True)
-class Config:
-    mode: str = "light"
-    interval: float = 1.0
-    endpoint: str | None = None
-    out: str | None = None
-    node: str | None = None
-    # How long a sidecar waits for the driver to acknowledge its last frame before it exits.
-    bye_timeout: float = 2.0
-    # Span records each worker process's ring holds for the sidecar to read (a power of two,
-    # 48 bytes each). The sidecar reads every 50 ms; a ring that fills counts what it overwrote.
-    ring_records: int = 65_536
-    # Sample this many times per frame sent (last, min, mean, max of each metric).
-    samples_per_frame: int = 1
-    # Frames a sidecar queues for a slow or absent driver before it drops (and counts) them.
-    send_queue: int = 10_000
-    # Reset the kernel's RSS high-water mark (VmHWM, clear_refs 5) at each job's start, so a
-    # warm worker reports each job's own peak. It resets ru_maxrss and `/usr/bin/time -v` for
-    # the process too; the lifetime peak read just before is kept in the stats. See METRICS.md.
-    reset_peak: bool = True
+Parser = Callable[[str, object], Any]
 
 
-_ENV = {
-    "mode": "WORKERSCOPE_MODE",
-    "interval": "WORKERSCOPE_INTERVAL",
-    "endpoint": "WORKERSCOPE_ENDPOINT",
-    "out": "WORKERSCOPE_OUT",
-    "node": "WORKERSCOPE_NODE",
-    "bye_timeout": "WORKERSCOPE_BYE_TIMEOUT",
-    "ring_records": "WORKERSCOPE_RING_RECORDS",
-    "samples_per_frame": "WORKERSCOPE_SAMPLES_PER_FRAME",
-    "send_queue": "WORKERSCOPE_SEND_QUEUE",
-    "reset_peak": "WORKERSCOPE_RESET_PEAK",
-}
+def _choice(*allowed: str) -> Parser:
+    def parse(name: str, raw: object) -> str:
+        value = str(raw).strip().lower()
+        if value not in allowed:
+            raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {raw!r}")
+        return value
+    return parse
 
 
-def env_names() -> dict[str, str]:
-    """Each setting and the variable that overrides it."""
-    return dict(_ENV)
+def _seconds(low: float, high: float) -> Parser:
+    def parse(name: str, raw: object) -> float:
+        try:
+            value = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from err
+        if not low <= value <= high:  # NaN fails this too
+            raise ConfigError(f"{name} must be between {low:g} and {high:g} seconds, got {raw!r}")
+        return value
+    return parse
 
 
-def _as_float(name: str, raw: object) -> float:
-    try:
-        return float(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from err
+def _count(high: int) -> Parser:
+    def parse(name: str, raw: object) -> int:
+        try:
+            value = int(str(raw))
+        except ValueError as err:
+            raise ConfigError(f"{name} must be a whole number, got {raw!r}") from err
+        if not 1 <= value <= high:
+            raise ConfigError(f"{name} must be between 1 and {high}, got {value}")
+        return value
+    return parse
 
 
-def _as_bool(name: str, raw: object) -> bool:
+def _flag(name: str, raw: object) -> bool:
     if isinstance(raw, bool):
         return raw
     text = str(raw).strip().lower()
@@ -78,67 +84,200 @@ def _as_bool(name: str, raw: object) -> bool:
     raise ConfigError(f"{name} must be true or false (1/0, yes/no, on/off), got {raw!r}")
 
 
+def _text(name: str, raw: object) -> str:
+    return str(raw)
+
+
+def _endpoint(name: str, raw: object) -> str:
+    endpoint = str(raw)
+    split_endpoint(endpoint)
+    return endpoint
+
+
+def _out(name: str, raw: object) -> str:
+    template = str(raw)
+    if template:
+        try:
+            template.format(pid=0, job=0, host="h")
+        except (KeyError, IndexError, ValueError) as err:
+            raise ConfigError(f"out path {template!r}: only {{pid}}, {{job}} and {{host}} may "
+                              "be filled in") from err
+    return template
+
+
+def _setting(default: Any, scope: Scope, parse: Parser, doc: str, secret: bool = False) -> Any:
+    return dataclasses.field(default=default, metadata={
+        "scope": scope, "parse": parse, "doc": doc, "secret": secret})
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class Config:
+    mode: str = _setting(
+        "light", Scope.JOB, _choice(*MODES),
+        "heavy (a sidecar samples the whole process tree), light (counters at the job's start "
+        "and end, no extra process) or off (the function runs bare)")
+    interval: float = _setting(
+        1.0, Scope.LINK, _seconds(MIN_INTERVAL, MAX_INTERVAL),
+        "seconds between two samples of a heavy job (0.01 to 3600)")
+    endpoint: str | None = _setting(
+        None, Scope.LINK, _endpoint,
+        "the driver's endpoint, whole (sub.endpoint, or what `workerscope listen` prints): "
+        "it carries a key, so treat it like a password", secret=True)
+    out: str | None = _setting(
+        None, Scope.JOB, _out,
+        "a file per job (.wsc, .json, .pftrace, .html, ...), written by the sidecar even if the "
+        "worker is killed; {pid}, {job} and {host} are filled in")
+    node: str | None = _setting(
+        None, Scope.LINK, _text, "a name for this machine, prefixed to its worker ids")
+    bye_timeout: float = _setting(
+        2.0, Scope.LINK, _seconds(0, 3600),
+        "seconds a sidecar waits for the driver to acknowledge its last frame before it exits")
+    ring_records: int = _setting(
+        65_536, Scope.LINK, _count(1 << 24),
+        "span records each worker process's ring holds for the sidecar (48 bytes each); a ring "
+        "that fills counts what it overwrote in spans_lost")
+    samples_per_frame: int = _setting(
+        1, Scope.LINK, _count(10_000),
+        "sample N times, send one frame with the last, min, mean and max of each metric")
+    send_queue: int = _setting(
+        10_000, Scope.LINK, _count(10_000_000),
+        "frames a sidecar queues for a slow or absent driver before it drops (and counts) them")
+    reset_peak: bool = _setting(
+        True, Scope.JOB, _flag,
+        "reset the kernel's RSS high-water mark at each job's start, so a warm worker reports "
+        "each job's own peak (the lifetime peak read just before is kept in the stats)")
+
+    def __repr__(self) -> str:
+        """The settings, the endpoint's secret key left out."""
+        return "Config(" + ", ".join(
+            f"{s.name}={shown(s, getattr(self, s.name))!r}" for s in SETTINGS) + ")"
+
+
+class Options(TypedDict, total=False):
+    """The keyword options of profiled, monitor and the engine wrappers: one per setting (a
+    unit test checks the two agree)."""
+
+    mode: str | None
+    interval: float | None
+    endpoint: str | None
+    out: str | None
+    node: str | None
+    bye_timeout: float | None
+    ring_records: int | None
+    samples_per_frame: int | None
+    send_queue: int | None
+    reset_peak: bool | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting as Config declares it."""
+
+    name: str
+    env: str
+    scope: Scope
+    parse: Parser
+    doc: str
+    default: Any
+    secret: bool
+
+
+SETTINGS: tuple[Setting, ...] = tuple(
+    Setting(f.name, PREFIX + f.name.upper(), f.metadata["scope"], f.metadata["parse"],
+            f.metadata["doc"], f.default, f.metadata["secret"])
+    for f in dataclasses.fields(Config))
+_BY_NAME = {s.name: s for s in SETTINGS}
+LINK_SETTINGS = tuple(s.name for s in SETTINGS if s.scope is Scope.LINK)
+JOB_SETTINGS = tuple(s.name for s in SETTINGS if s.scope is Scope.JOB)
+
+# Variables that set up a process rather than a job: not options, never given as arguments.
+PROCESS_VARIABLES = {
+    PREFIX + "RINGS": "set by `workerscope run` for its command: where the command's Python "
+                      "processes record their spans (the sidecar's ring folder)",
+    PREFIX + "PURE_PYTHON": "1: record spans with the pure-Python recorder even where the C "
+                            "fast path is built",
+    PREFIX + "TEST_CLOCK_SKEW_NS": "for workerscope's own tests only: the sidecar pretends its "
+                                   "wall clock is off by this many ns",
+}
+
+
+def env_names() -> dict[str, str]:
+    """Each setting and the variable that overrides it."""
+    return {s.name: s.env for s in SETTINGS}
+
+
+def variables() -> dict[str, str]:
+    """Every WORKERSCOPE_* variable workerscope reads, and what it does."""
+    return {**{s.env: s.doc for s in SETTINGS}, **PROCESS_VARIABLES}
+
+
+def process_variable(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """The value of one of PROCESS_VARIABLES ("" when unset)."""
+    if name not in PROCESS_VARIABLES:
+        raise KeyError(f"{name} is not declared in PROCESS_VARIABLES")
+    return (os.environ if environ is None else environ).get(name, "")
+
+
+def shown(setting: Setting, value: object) -> object:
+    """A value fit for a repr, a log line or an error message."""
+    if setting.secret and isinstance(value, str):
+        return public_endpoint(value)
+    return value
+
+
 def resolve(environ: Mapping[str, str] | None = None, /, **given: object) -> Config:
     """Build a Config from arguments (None means 'not given'), then apply WORKERSCOPE_* overrides.
     A bad variable's error names it, so an operator knows which one to fix."""
     env = os.environ if environ is None else environ
-    unknown = set(given) - set(_ENV)
+    unknown = set(given) - _BY_NAME.keys()
     if unknown:
-        raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}")
-    overrides = {key: env[var] for key, var in _ENV.items() if env.get(var, "") != ""}
-    for key, raw in overrides.items():
-        try:
-            _build({key: raw})
-        except ConfigError as err:
-            raise ConfigError(f"{_ENV[key]}={raw!r}: {err}") from err
-    values: dict[str, object] = {k: v for k, v in given.items() if v is not None}
-    return _build({**values, **overrides})
-
-
-def _build(values: dict[str, object]) -> Config:
-    """Validate and convert settings (given or from the environment) into a Config."""
-    if "mode" in values:
-        mode = str(values["mode"]).strip().lower()
-        if mode not in MODES:
-            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {values['mode']!r}")
-        values["mode"] = mode
-    for key in ("interval", "bye_timeout"):
-        if key in values:
-            values[key] = _as_float(key, values[key])
-    interval = values.get("interval", Config.interval)
-    if not MIN_INTERVAL <= interval <= MAX_INTERVAL:  # type: ignore[operator]
-        raise ConfigError(
-            f"interval must be between {MIN_INTERVAL} and {MAX_INTERVAL:g} seconds, got {interval!r}"
-        )
-    if "bye_timeout" in values and not 0 <= values["bye_timeout"] <= 3600:  # type: ignore[operator]
-        raise ConfigError(f"bye_timeout must be between 0 and 3600 seconds, got {values['bye_timeout']!r}")
-    for key, top in (("samples_per_frame", 10_000), ("send_queue", 10_000_000),
-                     ("ring_records", 1 << 24)):
-        if key in values:
-            raw = values[key]
+        raise ConfigError(f"unknown setting(s): {', '.join(sorted(unknown))}; the settings are "
+                          f"{', '.join(_BY_NAME)}")
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        raw = env.get(s.env, "")
+        if raw != "":
             try:
-                n = int(str(raw))
-            except ValueError as err:
-                raise ConfigError(f"{key} must be a whole number, got {raw!r}") from err
-            if not 1 <= n <= top:
-                raise ConfigError(f"{key} must be between 1 and {top}, got {n}")
-            values[key] = n
-    if "reset_peak" in values:
-        values["reset_peak"] = _as_bool("reset_peak", values["reset_peak"])
-    for key in ("endpoint", "out", "node"):
-        if key in values:
-            values[key] = str(values[key])
-    if values.get("out"):
-        try:
-            str(values["out"]).format(pid=0, job=0, host="h")
-        except (KeyError, IndexError, ValueError) as err:
-            raise ConfigError(
-                f"out path {values['out']!r}: only {{pid}}, {{job}} and {{host}} may be filled in"
-            ) from err
-    endpoint = values.get("endpoint")
-    if endpoint is not None:
-        split_endpoint(str(endpoint))
-    return Config(**values)  # type: ignore[arg-type]
+                values[s.name] = s.parse(s.name, raw)
+            except ConfigError as err:
+                raise ConfigError(f"{s.env}={shown(s, raw)!r}: {err}") from err
+    for name, value in given.items():
+        if value is not None and name not in values:
+            values[name] = _BY_NAME[name].parse(name, value)
+    if environ is None:
+        _warn_unknown(env)
+    return Config(**values)
+
+
+_warned: set[str] = set()
+
+
+def _warn_unknown(env: Mapping[str, str]) -> None:
+    """Say once, for each WORKERSCOPE_* variable that is no setting (a typo), that it is
+    ignored: an operator's WORKERSCOPE_INTERVALL=0.1 would otherwise do nothing unseen."""
+    for name in env:
+        if name.startswith(PREFIX) and name not in _KNOWN and name not in _warned:
+            _warned.add(name)
+            import difflib  # only for a variable that is no setting
+            import logging
+
+            near = difflib.get_close_matches(name, sorted(_KNOWN), n=1)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            logging.getLogger("workerscope").warning(
+                "workerscope: %s is not a workerscope setting%s; it is ignored", name, hint)
+
+
+_KNOWN = frozenset(variables())
+
+
+def link_key(config: Config) -> tuple[object, ...]:
+    """What makes a worker's sidecar: jobs whose settings agree on these share one."""
+    return tuple(getattr(config, name) for name in LINK_SETTINGS)
+
+
+def job_values(config: Config) -> dict[str, Any]:
+    """The settings each job carries to its sidecar in its job_start."""
+    return {name: getattr(config, name) for name in JOB_SETTINGS}
 
 
 # A driver that authenticates (CURVE, the default on tcp://) hands out endpoints of the form
@@ -174,7 +313,8 @@ def public_endpoint(endpoint: str) -> str:
 
 
 def to_dict(config: Config) -> dict[str, object]:
-    """The settings as plain values, for the pipe hello to the sidecar."""
+    """The settings as plain values, for the pipe hello to the sidecar (a private pipe: the
+    endpoint goes whole)."""
     return dataclasses.asdict(config)
 
 
@@ -183,4 +323,4 @@ def config_from_dict(values: Mapping[str, object]) -> Config:
     not read again (the worker already applied it)."""
     if not isinstance(values, Mapping):
         raise ConfigError("settings must be a map")
-    return resolve({}, **{k: v for k, v in values.items() if k in _ENV})
+    return resolve({}, **{k: v for k, v in values.items() if k in _BY_NAME})

@@ -16,32 +16,58 @@ from __future__ import annotations
 import enum
 import struct
 import time
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 import msgpack
 
 from .errors import ProtocolError
 
+if TYPE_CHECKING:
+    from typing_extensions import NotRequired
+
 VERSION = 1
 
-# Frame kinds, sidecar -> driver.
-HELLO = "hello"
-JOB_START = "job_start"
-JOB_END = "job_end"
-SAMPLE = "sample"
-SPANS = "spans"
-MARK = "mark"
-BYE = "bye"
-# Every HEARTBEAT_S while alive, jobs or not: liveness, live drop counts, clock samples.
-HEARTBEAT = "heartbeat"
-# Driver -> sidecar: acknowledges a bye so the sidecar may close without losing it.
-ACK = "ack"
-# Clock offset estimation (Cristian): driver -> sidecar ping {id, t0}; sidecar -> driver pong
-# {id, t0, t1} with t1 the sidecar's wall clock when it answered.
-PING = "ping"
-PONG = "pong"
-FRAME_KINDS = frozenset({HELLO, JOB_START, JOB_END, SAMPLE, SPANS, MARK, BYE, HEARTBEAT, ACK,
-                         PING, PONG})
+class FrameKind(str, enum.Enum):
+    """A driver frame's kind (sidecar -> driver, except the last three)."""
+
+    HELLO = "hello"
+    JOB_START = "job_start"
+    JOB_END = "job_end"
+    SAMPLE = "sample"
+    SPANS = "spans"
+    MARK = "mark"
+    BYE = "bye"
+    # Every HEARTBEAT_S while alive, jobs or not: liveness, live drop counts, clock samples.
+    HEARTBEAT = "heartbeat"
+    # Clock offset estimation (Cristian): driver -> sidecar ping {id, t0}; sidecar -> driver
+    # pong {id, t0, t1} with t1 the sidecar's wall clock when it answered.
+    PONG = "pong"
+    # Driver -> sidecar: acknowledges a bye so the sidecar may close without losing it.
+    ACK = "ack"
+    PING = "ping"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+HELLO = FrameKind.HELLO
+JOB_START = FrameKind.JOB_START
+JOB_END = FrameKind.JOB_END
+SAMPLE = FrameKind.SAMPLE
+SPANS = FrameKind.SPANS
+MARK = FrameKind.MARK
+BYE = FrameKind.BYE
+HEARTBEAT = FrameKind.HEARTBEAT
+ACK = FrameKind.ACK
+PING = FrameKind.PING
+PONG = FrameKind.PONG
+FRAME_KINDS = frozenset(FrameKind)
+# A decoded kind is looked up here: the enum member, at the cost of a dict lookup (~30 ns)
+_KINDS: dict[str, FrameKind] = {k.value: k for k in FrameKind}
 HEARTBEAT_S = 1.0
 
 # Pipe message kinds: control only (spans go through the span rings, see spanring.py).
@@ -50,7 +76,6 @@ READY = "ready"
 TIMELINE = "timeline"
 CLOSE = "close"
 PIPE_KINDS = frozenset({HELLO, READY, JOB_START, JOB_END, TIMELINE, CLOSE})
-
 
 
 class Status(str, enum.Enum):
@@ -86,6 +111,140 @@ class Status(str, enum.Enum):
         return format(self.value, spec)
 
 
+# What a frame may say of a job's end, and of a worker at its bye; anything else is refused
+# at decode (a status lands in every view, and in HTML).
+JOB_END_STATUSES = frozenset({Status.OK, Status.ERROR, Status.KILLED, Status.OOM_KILLED,
+                              Status.LOST})
+BYE_STATUSES = frozenset({Status.EXITED, Status.ENDED, Status.KILLED, Status.SIDECAR_LOST})
+_STATUSES: dict[str, Status] = {s.value: s for s in Status}
+
+
+def status_of(value: object, allowed: frozenset[Status]) -> Status:
+    """The Status a frame names, if it is one of `allowed`; else ValueError (whose frame is
+    then refused as malformed)."""
+    status = _STATUSES.get(value) if isinstance(value, str) else None
+    if status is None or status not in allowed:
+        raise ValueError(f"status {str(value)[:40]!r} is not one of "
+                         f"{', '.join(sorted(allowed))}")
+    return status
+
+
+# -- frame bodies ------------------------------------------------------------------------------
+# One schema per kind of frame body. Producers annotate the bodies they build with these (mypy
+# checks them); the builder and the driver read them. Rows inside are arrays, not maps: the
+# names of their items are in the comments.
+Metrics = dict[str, float]
+
+
+class HelloBody(TypedDict):
+    host: str
+    pid: int  # the tree's root
+    anchor: list[int]  # [wall ns, monotonic ns], read together
+    node: NotRequired[str | None]
+    boot_id: NotRequired[str]
+    sidecar_pid: NotRequired[int]
+    interval: NotRequired[float]
+    metrics: NotRequired[dict[str, list[str]]]  # scope -> the metrics its samples may carry
+    net_scope: NotRequired[str]  # "host" or "namespace"
+    mode: NotRequired[str]  # "light" for a light worker (no sidecar to ping)
+
+
+class JobStartBody(TypedDict):
+    job: int
+    name: str
+    t: int  # monotonic ns
+    pid: int
+    tid: int | None
+    anchor: NotRequired[list[int]]  # for a driver that missed the hello
+
+
+class JobEndBody(TypedDict):
+    job: int
+    t: int
+    status: str  # one of JOB_END_STATUSES
+    error: str | None
+    death: NotRequired[dict[str, Any]]  # how its worker died inside it (sidecar/death.py)
+    stats: NotRequired[Metrics]  # a light job's counters
+
+
+class SampleBody(TypedDict):
+    t: int
+    n: NotRequired[int]  # readings folded into this frame (samples_per_frame)
+    tree: NotRequired[Metrics]
+    procs: NotRequired[list[list[Any]]]  # [pid, Metrics]
+    host: NotRequired[Metrics]
+    gpus: NotRequired[list[list[Any]]]  # [device index, Metrics]
+    threads: NotRequired[list[list[Any]]]  # [pid, tid, Metrics] or [pid, tid, Metrics, start]
+    sidecar: NotRequired[Metrics]  # what sampling this tree cost
+    notes: NotRequired[list[str]]
+    new: NotRequired[list[list[Any]]]  # [pid, ppid, name]: members first seen (or renamed)
+    gone: NotRequired[list[int]]
+
+
+class SpansBody(TypedDict):  # spans and mark frames
+    pid: int
+    records: list[list[Any]]  # SpanRecord rows
+    threads: list[list[Any]]  # [tid, name]
+    spans_lost: NotRequired[int]  # the rings' running total
+    notes: NotRequired[list[str]]
+
+
+class HeartbeatBody(TypedDict):
+    t: int
+    dropped: int
+    jobs: list[int]
+    hello: dict[str, Any]  # the hello's body less its metrics, for a driver that starts late
+    open: list[dict[str, Any]]  # the open jobs' job_start bodies
+
+
+class ByeBody(TypedDict):
+    t: int
+    status: str  # one of BYE_STATUSES
+    dropped: int
+    samples: NotRequired[int]
+    errors: NotRequired[list[str]]
+    notes: NotRequired[list[str]]
+    sent: NotRequired[int]
+
+
+class AckBody(TypedDict):
+    seq: int
+
+
+class PingBody(TypedDict):
+    id: int
+    t0: int
+
+
+class PongBody(TypedDict):
+    id: int | None
+    t0: int | None
+    t1: int
+
+
+FrameBody = (HelloBody | JobStartBody | JobEndBody | SampleBody | SpansBody | HeartbeatBody
+             | ByeBody | AckBody | PingBody | PongBody)
+
+
+class Section(enum.Enum):
+    """How the readings of a sample body's section combine when several are folded into one
+    frame (samples_per_frame)."""
+
+    METRICS = "metrics"  # one Metrics map
+    KEYED = "keyed"  # rows [key, Metrics]
+    THREADS = "threads"  # rows [pid, tid, Metrics(, start)]
+    LIST = "list"  # items, concatenated
+
+
+# Every section of a sample body but its time and count (a test checks this against
+# SampleBody).
+SAMPLE_SECTIONS: dict[str, Section] = {
+    "tree": Section.METRICS, "host": Section.METRICS, "sidecar": Section.METRICS,
+    "procs": Section.KEYED, "gpus": Section.KEYED, "threads": Section.THREADS,
+    "new": Section.LIST, "gone": Section.LIST, "notes": Section.LIST,
+}
+
+
 # The metrics docs/METRICS.md marks cumulative (totals that only grow): a trace shows their
 # rate, and a bin of samples keeps their last value.
 CUMULATIVE = frozenset({
@@ -118,8 +277,61 @@ class SpanRecord(NamedTuple):
 
 RECORD_FIELDS = len(SpanRecord._fields)
 MAX_RECORDS_PER_FRAME = 10_000
+# Span frames stay well inside MAX_FRAME_BYTES: a frame's records are cut at this many
+# estimated bytes as well as at MAX_RECORDS_PER_FRAME, since names, attributes and tracebacks
+# (up to 2 KiB each) make records of very different sizes.
+SPAN_FRAME_BUDGET = 256 * 1024
 
-MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+def _record_size(r: SpanRecord) -> int:
+    """A cheap upper estimate of a record's packed size."""
+    size = 64 + len(r.name) + (len(r.error) if r.error else 0)
+    if r.attrs:
+        size += sum(len(str(k)) + len(str(v)) + 8 for k, v in r.attrs.items())
+    return size
+
+
+def span_bodies(pid: int, records: list[SpanRecord], threads: list[list[Any]],
+                budget: int = SPAN_FRAME_BUDGET) -> Iterator[tuple[FrameKind, SpansBody, int | None]]:
+    """Records of one process as frames: (spans or mark, body, the job they belong to), one
+    run of frames per kind and job, each cut within `budget` bytes and MAX_RECORDS_PER_FRAME
+    records. The first frame of each run names the process's threads (each job's frames
+    stand alone: a job's own timeline holds only them); with no record, one spans frame names
+    them, for no job (None)."""
+    groups: dict[tuple[int, int | None], list[SpanRecord]] = {}
+    for r in records:
+        groups.setdefault((r.kind, r.job), []).append(r)
+    for (rtype, job), group in groups.items():
+        kind = MARK if rtype == RECORD_MARK else SPANS
+        chunk: list[SpanRecord] = []
+        used = 0
+        first = True
+        for r in group:
+            size = _record_size(r)
+            if chunk and (len(chunk) >= MAX_RECORDS_PER_FRAME or used + size > budget):
+                yield kind, _spans_body(pid, chunk, threads if first else []), job
+                chunk, used, first = [], 0, False
+            chunk.append(r)
+            used += size
+        yield kind, _spans_body(pid, chunk, threads if first else []), job
+    if threads and not groups:
+        yield SPANS, _spans_body(pid, [], threads), None
+
+
+def _spans_body(pid: int, records: list[SpanRecord], threads: list[list[Any]]) -> SpansBody:
+    # SpanRecords are tuples: msgpack writes them as the arrays the schema says.
+    return {"pid": pid, "records": records, "threads": threads}  # type: ignore[typeddict-item]
+
+
+def ring_full_note(reader: str) -> str:
+    """What a span ring that filled says, once: who read it too late, and what to raise."""
+    return (f"span ring full: records were overwritten before {reader} read them (spans_lost "
+            "counts them; raise the ring_records setting, WORKERSCOPE_RING_RECORDS)")
+
+# The largest driver frame, on the wire and at decode (ZMQ_MAXMSGSIZE at the driver): a
+# sidecar drops and counts a frame past it rather than send it. Bounds the driver's memory
+# (docs/SECURITY.md).
+MAX_FRAME_BYTES = 1024 * 1024
 # The pipe joins a worker to its own sidecar, and carries a whole job's frames back at its end.
 MAX_PIPE_BYTES = 1024 * 1024 * 1024
 _LEN = struct.Struct(">I")
@@ -153,7 +365,7 @@ def parse_worker_id(wid: str) -> WorkerId:
 
 
 class Frame(NamedTuple):
-    kind: str
+    kind: FrameKind
     worker: str
     seq: int
     body: dict[str, Any]
@@ -244,7 +456,7 @@ def decode_frame(data: bytes, limit: int = MAX_FRAME_BYTES) -> Frame:
     _check_envelope(version, kind, worker, seq)
     if not isinstance(body, dict):
         raise ProtocolError("frame body must be a map")
-    return Frame(kind, worker, seq, body)
+    return Frame(_KINDS[kind], worker, seq, body)
 
 
 _MAP_MARKERS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])  # msgpack's map type bytes
@@ -274,7 +486,7 @@ def peek_frame(data: bytes, limit: int = MAX_FRAME_BYTES) -> Frame:
     _check_envelope(version, kind, worker, seq)
     if at >= len(data) or data[at] not in _MAP_MARKERS:
         raise ProtocolError("frame body must be a map")
-    return Frame(kind, worker, seq, {})
+    return Frame(_KINDS[kind], worker, seq, {})
 
 
 def _check_envelope(version: Any, kind: Any, worker: Any, seq: Any) -> None:
@@ -282,7 +494,7 @@ def _check_envelope(version: Any, kind: Any, worker: Any, seq: Any) -> None:
         raise ProtocolError(f"frame schema version {version!r}, this workerscope reads {VERSION}")
     # isinstance first: a list or map in the kind's place is unhashable, and `in` would raise
     # TypeError, which once ended the driver's receive thread.
-    if not isinstance(kind, str) or kind not in FRAME_KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise ProtocolError(f"unknown frame kind {kind!r:.100}")
     if not isinstance(worker, str) or not worker:
         raise ProtocolError("frame worker id must be a non-empty string")

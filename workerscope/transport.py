@@ -22,13 +22,16 @@ from zmq.utils import z85
 from . import protocol
 from .config import public_endpoint, split_endpoint
 from .errors import ConfigError, ProtocolError
+from .protocol import MAX_FRAME_BYTES
+
+__all__ = ["LINGER_MS", "MAX_FRAME_BYTES", "SEND_HWM", "Outbox", "dealer"]
 
 SEND_HWM = 10_000
 LINGER_MS = 2_000
-# The largest frame that goes over the network, either way. A driver reads no bigger frame
-# (ZeroMQ drops a connection that sends one), and its memory ceiling is counted in these
-# (docs/SECURITY.md): 10,000 span records are ~450 KB, a sample of a 1,000-process tree ~340 KB.
-MAX_FRAME_BYTES = 1024 * 1024
+# The largest frame that goes over the network, either way (protocol's): a driver reads no
+# bigger frame (ZeroMQ drops a connection that sends one), and its memory ceiling is counted in
+# these (docs/SECURITY.md): 10,000 span records are ~450 KB, a sample of a 1,000-process tree
+# ~340 KB.
 log = logging.getLogger("workerscope.transport")
 
 

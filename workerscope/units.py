@@ -87,3 +87,13 @@ def binary_scale(unit: str) -> int:
     """Bytes in the binary unit an axis is labelled with ("MiB" and "MiB/s": 2**20); 1 for a
     label that names no byte unit."""
     return BYTE_UNITS.get(unit.removesuffix("/s"), 1)
+
+
+def fmt_signal(number: int) -> str:
+    """A signal's name ("SIGKILL"), or "signal N" for a number this platform does not name."""
+    import signal  # here: most users of this module format numbers, not signals
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -28,13 +28,16 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..config import resolve
+from ..config import Options, resolve
 from ..errors import ConfigError
 from ..worker.jobs import check_out, profiled
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 log = logging.getLogger("workerscope")
 
@@ -48,20 +51,18 @@ class WorkerscopePlugin(WorkerPlugin):
     the task's key (`name=` maps a key to another name, e.g. `distributed.utils.key_split` for
     the task's prefix). The `@timed` functions and `span()` blocks a task runs land under its job.
 
-    Options are `profiled`'s (mode "heavy", the default, "light" or "off"; interval, endpoint,
-    out, node, samples_per_frame, reset_peak), checked here, in the client; WORKERSCOPE_*
-    variables of the worker's environment override them, as for `profiled`.
+    Options are `profiled`'s (every setting of workerscope.config.Config; the mode is "heavy"
+    unless given), checked here, in the client; WORKERSCOPE_* variables of the worker's
+    environment override them, as for `profiled`.
     """
 
     name = "workerscope"  # one per worker: registering again replaces the plugin
 
-    def __init__(self, endpoint: str | None = None, mode: str = "heavy",
-                 interval: float | None = None, out: str | None = None, node: str | None = None,
-                 samples_per_frame: int | None = None, reset_peak: bool | None = None,
-                 name: Callable[[Hashable], str] | None = None) -> None:
-        self.options: dict[str, Any] = {
-            "mode": mode, "interval": interval, "endpoint": endpoint, "out": out, "node": node,
-            "samples_per_frame": samples_per_frame, "reset_peak": reset_peak}
+    def __init__(self, name: Callable[[Hashable], str] | None = None,
+                 **options: Unpack[Options]) -> None:
+        if options.get("mode") is None:
+            options["mode"] = "heavy"
+        self.options: dict[str, Any] = dict(options)
         # A bad option fails here, in the client, not in every worker.
         check_out(resolve(**self.options).out, folder=False)
         self.job_name = name

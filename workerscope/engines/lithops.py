@@ -14,18 +14,23 @@ variables.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..config import resolve
+from ..config import Options, resolve
 from ..worker.jobs import check_out, profiled
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class profiled_executor:
     """A Lithops FunctionExecutor (or any object with its map/call_async/map_reduce) whose
     functions run as profiled jobs. Options are profiled's; the mode is heavy unless given."""
 
-    def __init__(self, executor: Any, mode: str = "heavy", **options: Any) -> None:
-        self.options: dict[str, Any] = {"mode": mode, **options}
+    def __init__(self, executor: Any, **options: Unpack[Options]) -> None:
+        if options.get("mode") is None:
+            options["mode"] = "heavy"
+        self.options: dict[str, Any] = dict(options)
         check_out(resolve(**self.options).out, folder=False)  # a bad option fails here
         self.executor = executor
 

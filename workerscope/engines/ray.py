@@ -19,10 +19,11 @@ from typing import Any
 
 import ray
 
+from ..config import SETTINGS
 from ..worker.jobs import profiled
 
-# profiled's options; every other keyword is Ray's.
-_OURS = ("mode", "interval", "endpoint", "out", "node", "samples_per_frame", "reset_peak")
+# profiled's options (every setting); every other keyword is Ray's.
+_OURS = tuple(s.name for s in SETTINGS)
 
 
 def profiled_remote(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:

@@ -18,11 +18,11 @@ import threading
 import time
 import types
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
 from .. import protocol, spanring
 from ..builder import build
-from ..config import Config, env_names, resolve
+from ..config import Config, Options, env_names, resolve
 from ..errors import ConfigError, WorkerscopeError
 from ..export import files as _files  # noqa: F401 - registers the formats out= may name
 from ..protocol import Status
@@ -31,9 +31,13 @@ from . import light
 from . import recorder as spans
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from .link import SidecarLink
 
 _ENV_VARS = tuple(env_names().values())
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 # -- jobs ------------------------------------------------------------------------------------------
@@ -106,7 +110,8 @@ class _HeavyJob:
             self.keep = self.want_timeline or bool(self._open_keepers())
         try:
             self.link = get_link(self.config)
-            self.link.job_start(self.job, self.name, self.config.out, keep=self.keep)
+            self.link.job_start(self.job, self.name, self.config.out, keep=self.keep,
+                                config=self.config)
         except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
             self.lost = str(err)
             _warn(f"sidecar lost, the job runs unmonitored: {err!r}")
@@ -252,49 +257,58 @@ class _LightJob:
 
 
 class monitor:
-    """Run a block under the sidecar sampler; `.timeline` holds the block's Timeline after exit.
+    """Run a block as one job; `.timeline` holds the block's Timeline after exit.
 
         with monitor(interval=0.1) as m:
             work()
         m.timeline.save("work.json")
+
+    Options are profiled's; the mode is heavy (the sidecar samples the block) unless given or
+    set by WORKERSCOPE_MODE. light: `.stats` holds the block's light stats and `.timeline`
+    its job and spans; off: the block runs bare and `.timeline` stays None.
     """
 
-    def __init__(self, interval: float | None = None, endpoint: str | None = None,
-                 out: str | None = None, node: str | None = None, name: str = "monitor",
-                 samples_per_frame: int | None = None, reset_peak: bool | None = None) -> None:
-        self.config = resolve(interval=interval, endpoint=endpoint, out=out, node=node,
-                              samples_per_frame=samples_per_frame, reset_peak=reset_peak)
+    def __init__(self, name: str = "monitor", **options: Unpack[Options]) -> None:
+        if options.get("mode") is None:
+            options["mode"] = "heavy"
+        self.config = resolve(**options)
         check_out(self.config.out, folder=True)  # before the block runs, not after it
         self.name = name
         self.timeline: Timeline | None = None
-        self._job: _HeavyJob | None = None
+        self.stats: dict[str, float] | None = None
+        self._job: _HeavyJob | _LightJob | None = None
 
     def __enter__(self) -> monitor:
-        self._job = _HeavyJob(self.config, self.name, want_timeline=True)
-        self._job.start()
+        if self.config.mode == "light":
+            self._job = _LightJob(self.config, self.name)
+        elif self.config.mode == "heavy":
+            self._job = _HeavyJob(self.config, self.name, want_timeline=True)
+        if self._job is not None:
+            self._job.start()
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        assert self._job is not None
-        self._job.end(exc)
-        self.timeline = self._job.timeline
+        job, self._job = self._job, None
+        if job is None:
+            return  # mode off
+        job.end(exc)
+        self.timeline = job.timeline
+        if isinstance(job, _LightJob):
+            self.stats = job.stats
 
 
-class _Profiled:
+class _Profiled(Generic[P, R]):
     """The job logic of `profiled`, without the function disguise (see there)."""
 
-    def __init__(self, fn: Callable[..., Any], mode: str | None = None,
-                 interval: float | None = None, endpoint: str | None = None,
-                 out: str | None = None, node: str | None = None,
-                 samples_per_frame: int | None = None, reset_peak: bool | None = None) -> None:
-        self.fn = fn
-        self.options: dict[str, object] = {
-            "mode": mode, "interval": interval, "endpoint": endpoint, "out": out, "node": node,
-            "samples_per_frame": samples_per_frame, "reset_peak": reset_peak}
+    def __init__(self, fn: Callable[P, R], /, **options: Unpack[Options]) -> None:
         # A bad option fails here, in the driver, not in every worker. The out folder is not
         # checked: it is the workers' machine's, which may not be this one.
-        check_out(resolve(**self.options).out, folder=False)
+        check_out(resolve(**options).out, folder=False)
+        # First: update_wrapper copies fn's own attributes, which must not shadow ours (a
+        # callable object with an attribute named fn or options).
         functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.options: dict[str, object] = dict(options)
         self._mark_kind()
         self.last_stats: dict[str, float] | None = None
         self._last: _LightJob | Timeline | None = None
@@ -307,9 +321,9 @@ class _Profiled:
         # No validation here: this runs in the worker, while a pool unpickles its task, where
         # an exception would break the whole pool (BrokenProcessPool). Settings are checked
         # at each call instead, and a bad one there never stops the job (_config).
+        functools.update_wrapper(self, state["fn"])
         self.fn = state["fn"]
         self.options = state["options"]
-        functools.update_wrapper(self, self.fn)
         self._mark_kind()
         self.last_stats = None
         self._last = None
@@ -361,11 +375,11 @@ class _Profiled:
         else:
             self._last = job.timeline
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if self._is_gen:
-            return self._iterate(args, kwargs)
+            return cast("R", self._iterate(args, kwargs))
         if self._is_async:
-            return self._await(args, kwargs)
+            return cast("R", self._await(args, kwargs))
         config = self._config()
         if config.mode == "off":
             return self.fn(*args, **kwargs)
@@ -383,11 +397,11 @@ class _Profiled:
         """A generator function's job is its iteration, from the first item to the end."""
         config = self._config()
         if config.mode == "off":
-            return (yield from self.fn(*args, **kwargs))
+            return (yield from cast(Any, self.fn)(*args, **kwargs))
         job = self._job(config)
         job.start()
         try:
-            result = yield from self.fn(*args, **kwargs)
+            result = yield from cast(Any, self.fn)(*args, **kwargs)
         except BaseException as exc:
             self._end(job, exc)
             raise
@@ -398,11 +412,11 @@ class _Profiled:
         """A coroutine function's job is the awaited call."""
         config = self._config()
         if config.mode == "off":
-            return await self.fn(*args, **kwargs)
+            return await cast(Any, self.fn)(*args, **kwargs)
         job = self._job(config)
         job.start()
         try:
-            result = await self.fn(*args, **kwargs)
+            result = await cast(Any, self.fn)(*args, **kwargs)
         except BaseException as exc:
             self._end(job, exc)
             raise
@@ -420,7 +434,13 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _trampoline(runner: _Profiled) -> Callable[..., Any]:
+class _Decorator(Protocol):
+    """What `profiled(**options)` returns: apply it to a function."""
+
+    def __call__(self, fn: Callable[P, R], /) -> profiled[P, R]: ...
+
+
+def _trampoline(runner: _Profiled[..., Any]) -> Callable[..., Any]:
     """A real function that calls `runner`, of the same kind as the function it profiles:
     what a profiled object turns into when cloudpickle copies it by value (Ray, Dask)."""
     if runner._is_gen:
@@ -437,13 +457,13 @@ def _trampoline(runner: _Profiled) -> Callable[..., Any]:
     return call
 
 
-def _restore(state: dict[str, Any]) -> profiled:
-    obj = object.__new__(profiled)
+def _restore(state: dict[str, Any]) -> profiled[..., Any]:
+    obj: profiled[..., Any] = object.__new__(profiled)
     obj.__setstate__(state)
     return obj
 
 
-class profiled(_Profiled):
+class profiled(_Profiled[P, R]):
     """Wrap `fn` so each call is one monitored job; the call returns fn's result unchanged.
 
         wrapped = profiled(fn, mode="heavy", endpoint=sub.endpoint)
@@ -459,7 +479,13 @@ class profiled(_Profiled):
     that calls the job logic (Ray, whose `ray.remote` accepts only functions, Dask, Lithops).
     """
 
-    def __new__(cls, fn: Callable[..., Any] | None = None, **options: Any) -> Any:
+    @overload
+    def __new__(cls, fn: Callable[P, R], /, **options: Unpack[Options]) -> profiled[P, R]: ...
+    @overload
+    def __new__(  # type: ignore[misc]  # @profiled(...) returns the decorator
+            cls, fn: None = None, /, **options: Unpack[Options]) -> _Decorator: ...
+
+    def __new__(cls, fn: Callable[P, R] | None = None, /, **options: Unpack[Options]) -> Any:
         if fn is None:  # @profiled(mode=..., ...): a decorator
             resolve(**options)  # a bad option fails at the decorator, not at first call
             return lambda f: cls(f, **options)
@@ -475,7 +501,7 @@ class profiled(_Profiled):
     def _function_view(self) -> Callable[..., Any]:
         view = self.__dict__.get("_view")
         if view is None:
-            twin = object.__new__(_Profiled)
+            twin: _Profiled[..., Any] = object.__new__(_Profiled)
             twin.__setstate__(self.__getstate__())
             view = self.__dict__["_view"] = _trampoline(twin)
         return view

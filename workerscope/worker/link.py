@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import protocol
-from ..config import Config, to_dict
+from ..config import Config, job_values, link_key, to_dict
 from ..errors import ProtocolError, SidecarError
 from . import recorder as spans
 
@@ -181,12 +181,14 @@ class SidecarLink:
     # -- jobs --------------------------------------------------------------------------------
     def job_start(self, job: int, name: str, out: str | None, keep: bool = True,
                   pid: int | None = None, t: int | None = None,
-                  record: str | None = None) -> None:
+                  record: str | None = None, config: Config | None = None) -> None:
         """keep: the sidecar keeps the job's frames for job_end(want_timeline=True) or `out`.
         pid and t: a job run by another process (`workerscope run`'s command), from when.
         record: a record file (record.py) the sidecar appends the job's frames to as it
-        sends them, so a kill -9 of this process leaves them readable."""
+        sends them, so a kill -9 of this process leaves them readable. config: the job's
+        own settings (its job settings travel with it; the link's when not given)."""
         body = {
+            **job_values(self.config if config is None else config),
             "job": job, "name": name, "out": out, "keep": keep,
             "t": time.monotonic_ns() if t is None else t,
             "pid": os.getpid() if pid is None else pid,
@@ -275,11 +277,6 @@ _links: dict[tuple[object, ...], SidecarLink] = {}
 _links_lock = threading.Lock()
 
 
-def _key(config: Config) -> tuple[object, ...]:
-    return (config.interval, config.endpoint, config.node, config.bye_timeout,
-            config.ring_records, config.samples_per_frame, config.send_queue)
-
-
 def _ring_places() -> Iterator[str]:
     shm = "/dev/shm"
     if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
@@ -331,13 +328,13 @@ def _remove_dead_rings(where: str) -> None:
 def get_link(config: Config) -> SidecarLink:
     """The running link for these settings, started (or restarted after a death) on demand."""
     with _links_lock:
-        link = _links.get(_key(config))
+        link = _links.get(link_key(config))
         if link is not None and link.alive:
             return link
         if link is not None:
             link.close()
         link = SidecarLink(config)
-        _links[_key(config)] = link
+        _links[link_key(config)] = link
         link.start()
         return link
 

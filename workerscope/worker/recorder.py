@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import spanring
+from ..config import process_variable
 from ..spanring import (
     END,
     ERR_BIT,
@@ -60,7 +61,7 @@ log = logging.getLogger("workerscope")
 
 
 def _load_fast() -> Any:
-    if os.environ.get("WORKERSCOPE_PURE_PYTHON", "") not in ("", "0"):
+    if process_variable("WORKERSCOPE_PURE_PYTHON") not in ("", "0"):
         return None
     try:
         from . import _fastspan
@@ -443,7 +444,7 @@ def attach_from_environment() -> None:
     process of the command then records its spans there from its first import of workerscope,
     and the sidecar, which reads the rings of its tree's processes, puts them in the run's job.
     Only a private directory of this user's is taken (0700, as run makes it)."""
-    where = os.environ.get(RINGS_VARIABLE, "")
+    where = process_variable(RINGS_VARIABLE)
     if not where or active is not None:
         return
     try:
