@@ -54,28 +54,41 @@ def _gantt(ax: Any, t: Timeline, workers: list[str], origin: int) -> None:
     """Spans per worker, a lane per depth (more where spans ran at once): jobs pale, each
     function its colour, a failed span outlined in red, a span cut short by a death hatched;
     names on the wider bars; a legend."""
-    from matplotlib.patches import Patch
-
     colors = _colors(t)
     x_span = max(((t.end_ns or 0) - origin) / 1e9, 1e-9)
     labels: list[tuple[float, float, float, str, str]] = []  # (width, x, y, name, colour)
     for row, wid in enumerate(workers):
-        # One broken_barh per (lane, look): a million spans are a few collections, not a
-        # million artists.
-        lanes: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
-        spans: list[Span] = sorted((s for s in t.spans if s.worker == wid),
-                                   key=lambda s: (s.start_ns, -s.end_ns))
-        # A lane per depth, and more for spans that ran beside others (lanes.py)
-        for s, depth in zip(spans, layout(spans, limit=1_000).lanes, strict=True):
-            color = JOB_COLOR if s.kind == "job" else colors[s.name]
-            x, w = (s.start_ns - origin) / 1e9, s.duration_ns / 1e9
-            lanes.setdefault((depth, color, s.error is not None, is_cut_short(s)), []).append(
-                (x, w))
-            labels.append((w, x, row + depth * LANE_H, s.name, color))
-        for (depth, color, failed, cut), bars in lanes.items():
-            ax.broken_barh(bars, (row + depth * LANE_H - LANE_H / 2, LANE_H), facecolors=color,
-                           edgecolor=ERROR_COLOR if failed else ("#3a3f4b" if cut else "none"),
-                           linewidth=1.2 if failed else 0.4, hatch="////" if cut else None)
+        labels += _bars(ax, t, wid, row, origin, colors)
+    _names(ax, labels, x_span)
+    _deaths(ax, t, workers, origin, x_span)
+    _legend(ax, t, colors)
+
+
+def _bars(ax: Any, t: Timeline, wid: str, row: int, origin: int, colors: dict[str, str]
+          ) -> list[tuple[float, float, float, str, str]]:
+    """One worker's spans on its row; returns a label for each: (width, x, y, name, colour)."""
+    # One broken_barh per (lane, look): a million spans are a few collections, not a
+    # million artists.
+    lanes: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
+    labels = []
+    spans: list[Span] = sorted((s for s in t.spans if s.worker == wid),
+                               key=lambda s: (s.start_ns, -s.end_ns))
+    # A lane per depth, and more for spans that ran beside others (lanes.py)
+    for s, depth in zip(spans, layout(spans, limit=1_000).lanes, strict=True):
+        color = JOB_COLOR if s.kind == "job" else colors[s.name]
+        x, w = (s.start_ns - origin) / 1e9, s.duration_ns / 1e9
+        lanes.setdefault((depth, color, s.error is not None, is_cut_short(s)), []).append(
+            (x, w))
+        labels.append((w, x, row + depth * LANE_H, s.name, color))
+    for (depth, color, failed, cut), bars in lanes.items():
+        ax.broken_barh(bars, (row + depth * LANE_H - LANE_H / 2, LANE_H), facecolors=color,
+                       edgecolor=ERROR_COLOR if failed else ("#3a3f4b" if cut else "none"),
+                       linewidth=1.2 if failed else 0.4, hatch="////" if cut else None)
+    return labels
+
+
+def _names(ax: Any, labels: list[tuple[float, float, float, str, str]], x_span: float) -> None:
+    """Names on the widest bars, cut short to what fits."""
     for w, x, y, name, color in sorted(labels, reverse=True)[:MAX_LABELS]:
         room = int(w / x_span * 170)  # characters that fit: ~170 across the axis at 7 pt
         if room < 3:
@@ -83,6 +96,11 @@ def _gantt(ax: Any, t: Timeline, workers: list[str], origin: int) -> None:
         text = name if len(name) <= room else name[:room - 1] + "…"
         ax.text(x + x_span * 0.002, y, text, fontsize=7, va="center", ha="left", clip_on=True,
                 color=_ink(color))
+
+
+def _deaths(ax: Any, t: Timeline, workers: list[str], origin: int, x_span: float) -> None:
+    """✗ and what it died of where a worker died in a job; at the start where it died
+    outside one."""
     died = by_worker(t)
     for row, wid in enumerate(workers):
         if wid in died:
@@ -92,6 +110,12 @@ def _gantt(ax: Any, t: Timeline, workers: list[str], origin: int) -> None:
                     ha="right" if x > 0.8 * x_span else "left", fontsize=8, fontweight="bold")
         elif t.workers[wid].status in DIED:
             ax.text(0, row, "✗ " + t.workers[wid].status, color=ERROR_COLOR, va="center")
+
+
+def _legend(ax: Any, t: Timeline, colors: dict[str, str]) -> None:
+    """The functions' colours, and the looks that the Gantt shows."""
+    from matplotlib.patches import Patch
+
     handles = [Patch(facecolor=c, label=n) for n, c in colors.items() if c != OTHER_COLOR]
     if OTHER_COLOR in colors.values():
         handles.append(Patch(facecolor=OTHER_COLOR, label="other functions"))
