@@ -4,9 +4,83 @@ driver (no psutil: light mode's import stays cheap). `pid` may be an int or "sel
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
 _IO_FIELDS = {b"read_bytes": "read_bytes", b"write_bytes": "write_bytes", b"rchar": "read_chars",
               b"wchar": "write_chars"}
+_new = tuple.__new__
+
+
+class Stat(NamedTuple):
+    """The fields of a /proc/PID/stat text the product reads every tick (proc(5) numbers them
+    from 1). Every kernel since 2.6 writes them; fields after them come and go with kernel
+    versions (exit_code, 52, since 3.5: see parse_stat_exit) and are not needed here."""
+
+    comm: bytes  # 2, without its parentheses: may hold anything, spaces and ")" included
+    state: bytes  # 3: b"R", b"S", b"Z", ...
+    ppid: int  # 4
+    utime: int  # 14-17: CPU times in clock ticks; cutime and cstime are the reaped
+    stime: int  # children's, which the kernel adds to their parent's
+    cutime: int
+    cstime: int
+    num_threads: int  # 20
+    starttime: int  # 22: clock ticks after boot
+    vsize: int  # 23: bytes mapped; 0 once a dying process has let its memory go
+    rss: int  # 24: pages
+
+
+class Io(NamedTuple):
+    """Character and storage IO of a /proc/PID/io text, in bytes; None where the file does not
+    have the field (kernels without task IO accounting lack the storage ones)."""
+
+    read_chars: int | None
+    write_chars: int | None
+    read_bytes: int | None
+    write_bytes: int | None
+
+
+def parse_stat(data: bytes) -> Stat | None:
+    """The fields of a /proc/PID/stat text; None for one without them all (empty: the process
+    is gone; cut short; not a stat text), never an error."""
+    # comm (field 2) may hold spaces and parentheses: the fields start after the last ")".
+    end = data.rfind(b")")
+    start = data.find(b"(")
+    if start < 0 or end < start:
+        return None
+    f = data[end + 2:].split(None, 22)
+    if len(f) < 22:
+        return None
+    try:
+        # The hot path of every tick: a tuple made in one go, no keyword matching.
+        return _new(Stat, (data[start + 1:end], f[0], int(f[1]), int(f[11]), int(f[12]),
+                           int(f[13]), int(f[14]), int(f[17]), int(f[19]), int(f[20]), int(f[21])))
+    except ValueError:
+        return None
+
+
+_IO_NAMES = (b"rchar:", b"wchar:", b"read_bytes:", b"write_bytes:")
+
+
+def parse_io(data: bytes) -> Io:
+    """The character and storage IO of a /proc/PID/io text, by field name."""
+    v = data.split()
+    # Every kernel since 2.6.20 writes them at these places: checked by name, and looked up by
+    # name where they are not (a lookup of all would double the cost of the tick's io).
+    if (len(v) >= 12 and v[0] == b"rchar:" and v[2] == b"wchar:" and v[8] == b"read_bytes:"
+            and v[10] == b"write_bytes:"):
+        try:
+            return _new(Io, (int(v[1]), int(v[3]), int(v[9]), int(v[11])))
+        except ValueError:
+            pass
+    named = dict(zip(v[::2], v[1::2], strict=False))
+
+    def get(key: bytes) -> int | None:
+        try:
+            return int(named[key])
+        except (KeyError, ValueError):
+            return None
+
+    return Io(*(get(key) for key in _IO_NAMES))
 
 
 def read_io(pid: int | str) -> dict[str, int]:

@@ -33,10 +33,10 @@ import errno
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import procfs
-from ..procfs import reset_peak
+from ..procfs import parse_io, parse_stat, reset_peak
 from . import leavers
 
 _SELF = os.getpid()
@@ -61,6 +61,73 @@ ALL_THREADS_MAX = 64
 _GONE = (ProcessLookupError, FileNotFoundError)
 
 log = logging.getLogger("workerscope.sidecar")
+_new = tuple.__new__
+
+
+class Reading(NamedTuple):
+    """What one member adds to the tree's values at one tick. A member skipped as quiet gives
+    its last one again (see ProcessTree.read), so a value added here reaches both paths; the
+    names after the CPU times are the tree's, each summed over the members by TreeTotals."""
+
+    cpu_user: float  # its own and its reaped children's, which the kernel adds to a parent's
+    cpu_system: float
+    rss_bytes: int
+    num_threads: int
+    peak_rss_bytes: int  # its VmHWM, at least its RSS
+    read_chars: int | None  # None: not read this time (unreadable, or not on this kernel)
+    write_chars: int | None
+    read_bytes: int | None
+    write_bytes: int | None
+    ctx_switches_voluntary: int | None  # the slow tier's
+    ctx_switches_involuntary: int | None
+    num_fds: int | None
+    uss_bytes: float | None  # the USS tier's
+    pss_bytes: float | None
+
+
+# The values of Reading that are read only on a tier: another tick carries them over from an
+# older reading (or has none), so the tree has no total of them then.
+_SLOW_TIER = frozenset({"ctx_switches_voluntary", "ctx_switches_involuntary", "num_fds"})
+_USS_TIER = frozenset({"uss_bytes", "pss_bytes"})
+_SUMMED = Reading._fields[2:]
+_NO_READING = Reading(0.0, 0.0, 0, 0, 0, None, None, None, None, None, None, None, None, None)
+_NO_IO: tuple[None, None, None, None] = (None, None, None, None)
+_NO_CTX = (None, None)
+_NO_USS = (None, None)
+
+
+class TreeTotals:
+    """The tree's sums over one tick's readings: add(reading) for each member, then sums().
+
+    add is the list's own append and the sums are taken by column at the end: in C, that costs
+    less than a Python add per value per member in the tick's hot loop."""
+
+    __slots__ = ("add", "readings", "start_system", "start_user")
+
+    def __init__(self, start_user: float = 0.0, start_system: float = 0.0) -> None:
+        self.readings: list[Reading] = []
+        self.add = self.readings.append
+        # CPU of members gone without being reaped inside the tree, so the totals never fall.
+        self.start_user = start_user
+        self.start_system = start_system
+
+    def sums(self, slow: bool = True, uss: bool = True) -> dict[str, float]:
+        """cpu_user_s and cpu_system_s (from the start values), then each of Reading's values
+        summed, in its order; absent where a member lacks it, or its tier was not read now."""
+        out = {"cpu_user_s": self.start_user, "cpu_system_s": self.start_system}
+        if not self.readings:
+            return out
+        cols = zip(*self.readings, strict=True)
+        out["cpu_user_s"] = sum(next(cols), self.start_user)
+        out["cpu_system_s"] = sum(next(cols), self.start_system)
+        skip = (frozenset() if slow else _SLOW_TIER) | (frozenset() if uss else _USS_TIER)
+        for name, col in zip(_SUMMED, cols, strict=True):
+            if name not in skip:
+                try:
+                    out[name] = sum(col)
+                except TypeError:
+                    pass  # a member without it (None): no total of it
+        return out
 
 
 def _open(path: str) -> int:
@@ -114,9 +181,9 @@ class Member:
 
     # A plain class, not a dataclass: making these three classes took ~4 ms of the sidecar's
     # start-up, which `workerscope run` pays once per command (issue 11).
-    __slots__ = ("asleep", "children", "comm", "cpu_system", "cpu_user", "ctx", "followed", "fresh",
-                 "hwm", "io", "io_fd", "mapped", "name", "nthreads", "own_cpu", "ppid", "quiet", "ran",
-                 "rss", "sched_fd", "smaps_fd", "start", "stat_fd", "status_fd", "t", "threads_seen",
+    __slots__ = ("asleep", "children", "comm", "ctx", "followed", "fresh", "hwm", "io", "io_fd",
+                 "mapped", "name", "nthreads", "own_cpu", "ppid", "quiet", "ran", "reading",
+                 "sched_fd", "smaps_fd", "start", "stat_fd", "status_fd", "t", "threads_seen",
                  "tick", "uss", "zombie")
 
     def __init__(self, ppid: int, name: str, start: int, stat_fd: int = -1) -> None:
@@ -143,14 +210,12 @@ class Member:
         self.zombie = False
         self.followed = False  # left the tree (its parent exited) and is still the job's
         # Last readings, kept so a member that vanishes still counts in the tree totals.
-        self.cpu_user = 0.0  # own + reaped children's
-        self.cpu_system = 0.0
+        self.reading = _NO_READING
         self.own_cpu = 0.0  # own CPU at t, the last rate's start
         self.t: int | None = None
-        self.io: tuple[int, int, int, int] | None = None  # rchar, wchar, read_bytes, write_bytes
+        self.io: procfs.Io | None = None  # the last read
         self.ctx: tuple[int, int] | None = None  # voluntary, involuntary context switches
         self.hwm = 0  # last VmHWM read, bytes
-        self.rss = 0
         self.uss: tuple[float, float] | None = None  # (uss, pss) of the last smaps_rollup
 
     def fds(self) -> list[int]:
@@ -228,6 +293,9 @@ class ProcessTree:
         self._threads_t: int | None = None  # the last read_threads
         self._slow_t: int | None = None
         self._uss_t: int | None = None
+        # This read()'s tiers, and the members it found gone (retired once it is done).
+        self._slow_now = self._uss_now = False
+        self._vanished: list[int] = []
 
     def __del__(self) -> None:
         self.close()
@@ -577,14 +645,15 @@ class ProcessTree:
         carried = self.carried
         if m.io is not None and not reaped_inside:
             for key, value in zip(IO_COUNTERS, m.io, strict=True):
-                carried[key] = carried.get(key, 0) + value
+                if value is not None:
+                    carried[key] = carried.get(key, 0) + value
         if m.ctx is not None:
             for key, value in zip(CTX_COUNTERS, m.ctx, strict=True):
                 carried[key] = carried.get(key, 0) + value
         if not reaped_inside:
             # Nobody in the tree will reap it, so its CPU would vanish from the sum.
-            self.carried_user += m.cpu_user
-            self.carried_system += m.cpu_system
+            self.carried_user += m.reading.cpu_user
+            self.carried_system += m.reading.cpu_system
         for thread in [k for k in self.threads if k[0] == pid]:
             _close(self.threads.pop(thread).fd)
 
@@ -600,241 +669,226 @@ class ProcessTree:
         """One reading of every member and of the tree. Values that can't be read are absent;
         status, fd and USS values only in the samples that read them (the tiers above).
         full: read every tier now (a job's edges)."""
-        slow = full or self._slow_t is None or now_ns - self._slow_t >= self.slow_every_ns
+        slow = self._slow_now = (full or self._slow_t is None
+                                 or now_ns - self._slow_t >= self.slow_every_ns)
         if slow:
             self._slow_t = now_ns
-        uss = self._uss_t is None or now_ns - self._uss_t >= self.uss_every_ns
+        uss = self._uss_now = self._uss_t is None or now_ns - self._uss_t >= self.uss_every_ns
         if uss:
             self._uss_t = now_ns
-        procs: list[list[Any]] = []
-        tree_cpu = self.carried_user + self.carried_system
-        tree_user = self.carried_user
-        rss_sum = threads_sum = peak_sum = 0
-        rc_sum = wc_sum = rb_sum = wb_sum = 0
-        io_ok = True
-        ctx_sums = [0, 0]
-        ctx_ok = slow
-        fds_ok, fds = slow, 0
-        uss_ok, uss_sum, pss_sum = uss, 0.0, 0.0
-        vanished = []
-        tick, page, min_rate, pread = _TICK, _PAGE, self.min_rate_ns, os.pread
-        children_file = _HAVE_CHILDREN_FILE
         # A member read in full at every tier change; between them, a quiet one is not.
         quiet_ok = self.skip_quiet and not (slow or uss)
-        values: dict[str, float]
+        totals = TreeTotals(self.carried_user, self.carried_system)
+        procs: list[list[Any]] = []
+        add, append, whole, quiet = totals.add, procs.append, self._read_whole, self._read_quiet
         # The hot loop of the sidecar: one pread of stat and one of io per member, the fields
-        # wanted and nothing else (see benchmarks/bench_sampler.py).
+        # wanted and nothing else, or one of schedstat (see benchmarks/bench_sampler.py).
         for pid, m in self.members.items():
-            ran = b""
             if m.nthreads == 1 and m.sched_fd >= 0:
-                # A single-threaded process that has not run since its last reading (its run
-                # time and timeslices in schedstat, the same thread's, have not moved) has
-                # the same CPU times, io counters and threads. Its RSS can still move without
-                # it (reclaim; another process writing its memory; huge pages collapsed), which
-                # the next slow tier reads. One small pread instead of stat and io.
-                try:
-                    ran = pread(m.sched_fd, 128, 0)
-                except _GONE:
-                    vanished.append(pid)
-                    continue
-                except OSError:
-                    ran = b""
-                # Asleep when last read: a running task's run time moves only at the
-                # scheduler's ticks, but one woken since was scheduled in, which counts a
-                # timeslice at once. Not a zombie (a leader that exited before its other
-                # threads reads so), and a run time that moves at all (b"0 0 0" where the
-                # kernel keeps none).
-                last = m.tick
-                m.quiet = (quiet_ok and m.asleep and ran == m.ran and last is not None
-                           and not m.zombie and not ran.startswith(b"0 "))
-                if m.quiet and last is not None:
-                    values = last.copy()
-                    cu, cs, rss = m.cpu_user, m.cpu_system, m.rss
-                    tree_cpu += cu + cs
-                    tree_user += cu
-                    own = values["cpu_user_s"] + values["cpu_system_s"]
-                    if m.t is not None and now_ns - m.t >= min_rate:
-                        values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - m.t) / 1e9) * 100.0
-                        m.own_cpu, m.t = own, now_ns
-                    io = m.io
-                    if io is None or m.io_fd < -1 or "read_chars" not in values:
-                        io_ok = False
-                    if io is not None:
-                        rc_sum += io[0]
-                        wc_sum += io[1]
-                        rb_sum += io[2]
-                        wb_sum += io[3]
-                    if m.ctx is not None:
-                        ctx_sums[0] += m.ctx[0]
-                        ctx_sums[1] += m.ctx[1]
-                    hwm = m.hwm
-                    if m.mapped:  # as below: a peak reset since (a job's start) restarts at the RSS
-                        if rss > hwm:
-                            hwm = m.hwm = rss
-                        values["peak_rss_bytes"] = hwm
-                    rss_sum += rss
-                    threads_sum += 1
-                    peak_sum += hwm if hwm > rss else rss
-                    procs.append([pid, values])
-                    continue
-            m.quiet = False
-            fd = m.stat_fd
-            try:
-                data = pread(fd, _CHUNK, 0) if fd >= 0 else _read_path(f"/proc/{pid}/stat")
-            except _GONE:
-                vanished.append(pid)
-                continue
-            except PermissionError:
-                self.unreadable.add(pid)
-                continue
-            if not data:
-                vanished.append(pid)
-                continue
-            # Fields 3-24 of stat (state .. rss); comm, before them, may hold anything.
-            end = data.rindex(b")")
-            f = data[end + 2:].split(None, 22)
-            if fd < 0 and int(f[19]) != m.start:
-                vanished.append(pid)  # the pid now belongs to another process
-                continue
-            if data[data.index(b"(") + 1:end] != m.comm:
-                # It exec'd since it was named (a child is first seen under its parent's name).
-                m.comm = data[data.index(b"(") + 1:end]
-                m.name = m.comm.decode(errors="replace")
-                self.renamed.append((pid, m.ppid, m.name))
-            m.asleep = f[0] != b"R"
-            if f[0] == b"Z" and not m.zombie:
-                # It exited: its children now belong to a reaper, and the next walk sees it.
-                m.zombie = self._dirty = True
-            user = int(f[11]) / tick
-            system = int(f[12]) / tick
-            rss = int(f[21]) * page
-            nthreads = int(f[17])
-            m.cpu_user = cu = user + int(f[13]) / tick
-            m.cpu_system = cs = system + int(f[14]) / tick
-            m.nthreads = nthreads
-            m.rss = rss
-            tree_cpu += cu + cs
-            tree_user += cu
-            io = None
-            fd = m.io_fd
-            if fd >= -1:
-                try:
-                    # rchar wchar syscr syscw read_bytes write_bytes ...: the kernel's order
-                    # since 2.6.20
-                    v = (pread(fd, _CHUNK, 0) if fd >= 0 else _read_path(f"/proc/{pid}/io")).split()
-                    io = m.io = (int(v[1]), int(v[3]), int(v[9]), int(v[11]))
-                except PermissionError:
-                    self.unreadable.add(pid)
-                    m.io_fd = -2
-                    io_ok = False
-                except (OSError, IndexError, ValueError):
-                    io_ok = False
+                values = quiet(pid, m, now_ns, quiet_ok)
             else:
-                io_ok = False
-            if io is not None:
-                values = {
-                    "cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
-                    "num_threads": nthreads, "read_chars": io[0], "write_chars": io[1],
-                    "read_bytes": io[2], "write_bytes": io[3]}
-            else:
-                values = {"cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
-                          "num_threads": nthreads}
-            if nthreads == 1:
-                if m.sched_fd == -1:  # read from the next tick on: this one is done
-                    try:
-                        m.sched_fd = self._hold(f"/proc/{pid}/schedstat")
-                    except OSError:
-                        m.sched_fd = -2  # no schedstat (CONFIG_SCHED_INFO off): read each tick
-                    if m.sched_fd == -1:
-                        m.sched_fd = -2  # the fd budget is spent
-                m.tick = values.copy()
-            m.ran = ran  # read before stat: a run between the two reads the next tick
-            io = m.io
-            if io is not None:
-                rc_sum += io[0]
-                wc_sum += io[1]
-                rb_sum += io[2]
-                wb_sum += io[3]
-            own = user + system
-            t = m.t
-            if t is None:
-                m.own_cpu, m.t = own, now_ns
-            elif now_ns - t >= min_rate:
-                values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - t) / 1e9) * 100.0
-                m.own_cpu, m.t = own, now_ns
-            if slow or m.fresh:
-                self._read_slow(pid, m, values)
-                if m.ctx is None:
-                    ctx_ok = False
-                if "num_fds" in values:
-                    fds += int(values["num_fds"])
-                else:
-                    fds_ok = False
-                if children_file:
-                    self._list_threads(pid, m)  # a new thread may fork: hold its children file
-                m.fresh = False
-            elif children_file and nthreads != m.threads_seen:
-                self._list_threads(pid, m)
-                self._dirty = True  # a new thread's children are in a file not walked yet
-            if m.ctx is not None:
-                ctx_sums[0] += m.ctx[0]
-                ctx_sums[1] += m.ctx[1]
-            if uss:
-                m.uss = self._uss(pid, m)
-                if m.uss is None:
-                    uss_ok = False
-                else:
-                    values["uss_bytes"], values["pss_bytes"] = m.uss
-                    uss_sum += m.uss[0]
-                    pss_sum += m.uss[1]
-            hwm = m.hwm
-            m.mapped = f[20] != b"0"
-            if m.mapped:  # vsize: the memory is still mapped (not a zombie, not dying)
-                # VmHWM is at least the RSS now: a peak between two status reads is kept.
-                if rss > hwm:
-                    hwm = m.hwm = rss
-                values["peak_rss_bytes"] = hwm
-            rss_sum += rss
-            threads_sum += nthreads
-            peak_sum += hwm if hwm > rss else rss
-            procs.append([pid, values])
-        io_sums = [rc_sum, wc_sum, rb_sum, wb_sum]
+                m.quiet = False
+                values = whole(pid, m, now_ns, b"")
+            if values is not None:
+                add(m.reading)
+                append([pid, values])
+        vanished, self._vanished = self._vanished, []
         for pid in vanished:
             self._retire(pid)
+        return self._tree_values(totals, slow, uss, now_ns), procs
+
+    def _read_quiet(self, pid: int, m: Member, now_ns: int, quiet_ok: bool) -> dict[str, float] | None:
+        """A single-threaded member whose schedstat is held. One that has not run since its
+        last reading (its run time and timeslices in schedstat, the same thread's, have not
+        moved) has the same CPU times, io counters and threads: its last reading stands, for
+        one small pread instead of stat and io. Its RSS can still move without it (reclaim;
+        another process writing its memory; huge pages collapsed), which the next slow tier
+        reads. One that ran is read whole."""
+        try:
+            ran = os.pread(m.sched_fd, 128, 0)
+        except _GONE:
+            self._vanished.append(pid)
+            return None
+        except OSError:
+            ran = b""
+        # Asleep when last read: a running task's run time moves only at the scheduler's
+        # ticks, but one woken since was scheduled in, which counts a timeslice at once. Not a
+        # zombie (a leader that exited before its other threads reads so), and a run time
+        # that moves at all (b"0 0 0" where the kernel keeps none).
+        last = m.tick
+        m.quiet = (quiet_ok and m.asleep and ran == m.ran and last is not None
+                   and not m.zombie and not ran.startswith(b"0 "))
+        if not m.quiet or last is None:
+            return self._read_whole(pid, m, now_ns, ran)
+        values = last.copy()
+        own = values["cpu_user_s"] + values["cpu_system_s"]
+        t = m.t
+        if t is not None and now_ns - t >= self.min_rate_ns:
+            values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - t) / 1e9) * 100.0
+            m.own_cpu, m.t = own, now_ns
+        reading = m.reading
+        rss, hwm = reading.rss_bytes, m.hwm
+        if m.mapped:  # as a whole read: a peak reset since (a job's start) restarts at the RSS
+            if rss > hwm:
+                hwm = m.hwm = rss
+            values["peak_rss_bytes"] = hwm
+        peak = hwm if hwm > rss else rss
+        if peak != reading.peak_rss_bytes:  # a reset lowered it
+            m.reading = reading._replace(peak_rss_bytes=peak)
+        return values
+
+    def _read_whole(self, pid: int, m: Member, now_ns: int, ran: bytes) -> dict[str, float] | None:
+        """stat and io of one member, and the tiers due; its reading into m.reading. None
+        (and the member marked vanished or unreadable) when it cannot be read."""
+        m.quiet = False
+        fd = m.stat_fd
+        try:
+            data = os.pread(fd, _CHUNK, 0) if fd >= 0 else _read_path(f"/proc/{pid}/stat")
+        except _GONE:
+            self._vanished.append(pid)
+            return None
+        except PermissionError:
+            self.unreadable.add(pid)
+            return None
+        st = parse_stat(data)
+        if st is None or (fd < 0 and st.starttime != m.start):
+            # Gone (an empty read); or the pid now belongs to another process.
+            self._vanished.append(pid)
+            return None
+        if st.comm != m.comm:
+            self._renamed(pid, m, st.comm)
+        state = st.state
+        m.asleep = state != b"R"
+        if state == b"Z" and not m.zombie:
+            # It exited: its children now belong to a reaper, and the next walk sees it.
+            m.zombie = self._dirty = True
+        tick = _TICK
+        user, system, rss = st.utime / tick, st.stime / tick, st.rss * _PAGE
+        m.nthreads = nthreads = st.num_threads
+        values: dict[str, float] = {"cpu_user_s": user, "cpu_system_s": system,
+                                    "rss_bytes": rss, "num_threads": nthreads}
+        rc, wc, rb, wb = self._read_io(pid, m, values)
+        if nthreads == 1:
+            if m.sched_fd == -1:  # read from the next tick on: this one is done
+                self._hold_schedstat(pid, m)
+            m.tick = values.copy()
+        m.ran = ran  # read before stat: a run between the two reads the next tick
+        own = user + system
+        t = m.t
+        if t is None:
+            m.own_cpu, m.t = own, now_ns
+        elif now_ns - t >= self.min_rate_ns:
+            values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - t) / 1e9) * 100.0
+            m.own_cpu, m.t = own, now_ns
+        uss = self._read_tiers(pid, m, values)
+        hwm = m.hwm
+        m.mapped = st.vsize != 0
+        if m.mapped:  # vsize: the memory is still mapped (not a zombie, not dying)
+            # VmHWM is at least the RSS now: a peak between two status reads is kept.
+            if rss > hwm:
+                hwm = m.hwm = rss
+            values["peak_rss_bytes"] = hwm
+        ctx = m.ctx or _NO_CTX
+        m.reading = _new(Reading, (
+            user + st.cutime / tick, system + st.cstime / tick, rss, nthreads,
+            hwm if hwm > rss else rss, rc, wc, rb, wb, ctx[0], ctx[1], values.get("num_fds"),
+            uss[0], uss[1]))
+        return values
+
+    def _read_io(self, pid: int, m: Member, values: dict[str, float]) -> tuple[
+            int | None, int | None, int | None, int | None]:
+        """The member's /proc/PID/io now, into values too (and kept, for when it leaves);
+        each None where unreadable or not on this kernel."""
+        fd = m.io_fd
+        if fd < -1:
+            return _NO_IO
+        try:
+            data = os.pread(fd, _CHUNK, 0) if fd >= 0 else _read_path(f"/proc/{pid}/io")
+        except PermissionError:
+            self.unreadable.add(pid)
+            m.io_fd = -2
+            return _NO_IO
+        except OSError:
+            return _NO_IO
+        if not data:
+            return _NO_IO  # it died between its stat and its io
+        io = m.io = parse_io(data)
+        rc, wc, rb, wb = io
+        if rc is not None and wc is not None and rb is not None and wb is not None:
+            values["read_chars"], values["write_chars"] = rc, wc
+            values["read_bytes"], values["write_bytes"] = rb, wb
+        else:  # a kernel without some of them (no task IO accounting)
+            values.update({k: v for k, v in zip(IO_COUNTERS, io, strict=True) if v is not None})
+        return io
+
+    def _read_tiers(self, pid: int, m: Member, values: dict[str, float]) -> tuple[float | None, float | None]:
+        """The tiers due of one member, into values: the slow one (and the first reading's),
+        a thread list that changed, USS. Returns (USS, PSS), None where not read now."""
+        if self._slow_now or m.fresh:
+            self._read_slow(pid, m, values)
+            if _HAVE_CHILDREN_FILE:
+                self._list_threads(pid, m)  # a new thread may fork: hold its children file
+            m.fresh = False
+        elif _HAVE_CHILDREN_FILE and m.nthreads != m.threads_seen:
+            self._list_threads(pid, m)
+            self._dirty = True  # a new thread's children are in a file not walked yet
+        if not self._uss_now:
+            return _NO_USS
+        m.uss = self._uss(pid, m)
+        if m.uss is None:
+            return _NO_USS
+        values["uss_bytes"], values["pss_bytes"] = m.uss
+        return m.uss
+
+    def _hold_schedstat(self, pid: int, m: Member) -> None:
+        try:
+            m.sched_fd = self._hold(f"/proc/{pid}/schedstat")
+        except OSError:
+            m.sched_fd = -2  # no schedstat (CONFIG_SCHED_INFO off): read each tick
+        if m.sched_fd == -1:
+            m.sched_fd = -2  # the fd budget is spent
+
+    def _renamed(self, pid: int, m: Member, comm: bytes) -> None:
+        """It exec'd since it was named (a child is first seen under its parent's name)."""
+        m.comm = comm
+        m.name = comm.decode(errors="replace")
+        self.renamed.append((pid, m.ppid, m.name))
+
+    def _tree_values(self, totals: TreeTotals, slow: bool, uss: bool,
+                     now_ns: int) -> dict[str, float]:
+        """The tree's values from this tick's sums: totals that never fall (a member reaped
+        outside the tree keeps its share in `carried`), rates, and the tiers read now."""
+        sums = totals.sums(slow, uss)
+        n = len(totals.readings)
         tree: dict[str, float] = {}
-        if procs or self.carried_user or self.carried_system:
-            # Totals never fall: a member reaped outside the tree keeps its share in `carried`.
-            total = max(tree_cpu, self.last_cpu_total)
-            tree["cpu_user_s"] = tree_user
-            tree["cpu_system_s"] = total - tree_user
-            tree["num_procs"] = len(procs)
+        if n or self.carried_user or self.carried_system:
+            user = sums.pop("cpu_user_s")
+            total = max(user + sums.pop("cpu_system_s"), self.last_cpu_total)
+            tree["cpu_user_s"] = user
+            tree["cpu_system_s"] = total - user
+            tree["num_procs"] = n
             if self.last_t is None:
                 self.last_cpu_total, self.last_t = total, now_ns
-            elif now_ns - self.last_t >= min_rate:
+            elif now_ns - self.last_t >= self.min_rate_ns:
                 seconds = (now_ns - self.last_t) / 1e9
                 tree["cpu_percent"] = (total - self.last_cpu_total) / seconds * 100.0
                 self.last_cpu_total, self.last_t = total, now_ns
-        if procs:
-            tree["rss_bytes"] = rss_sum
-            tree["num_threads"] = threads_sum
-            # An upper bound: the sum of each member's own peak, and members peak at different
-            # times. It never misses a peak that fell between two samples.
-            self.peak_rss = max(self.peak_rss, peak_sum)
-            tree["peak_rss_bytes"] = self.peak_rss
-            for ok, keys, sums in ((io_ok, IO_COUNTERS, io_sums), (ctx_ok, CTX_COUNTERS, ctx_sums)):
-                if ok:
-                    for key, value in zip(keys, sums, strict=True):
-                        # An exited child not yet reaped has left the sum, and its parent's
-                        # counters have not grown yet: hold the total until they do.
-                        total = max(self.carried.get(key, 0) + value, self.last_counters.get(key, 0))
-                        tree[key] = self.last_counters[key] = total
-            if fds_ok:
-                tree["num_fds"] = fds
-            if uss_ok:
-                tree["uss_bytes"], tree["pss_bytes"] = uss_sum, pss_sum
+        if n:
+            for key, value in sums.items():
+                if key == "peak_rss_bytes":
+                    # An upper bound: the sum of each member's own peak, and members peak at
+                    # different times. It never misses a peak that fell between two samples.
+                    tree[key] = self.peak_rss = max(self.peak_rss, int(value))
+                elif key in COUNTERS:
+                    # An exited child not yet reaped has left the sum, and its parent's
+                    # counters have not grown yet: hold the total until they do.
+                    tree[key] = self.last_counters[key] = max(self.carried.get(key, 0) + value,
+                                                              self.last_counters.get(key, 0))
+                else:
+                    tree[key] = value
         if self.unreadable:
             tree["unreadable_procs"] = len(self.unreadable & self.members.keys())
-        return tree, procs
+        return tree
 
     def _read_slow(self, pid: int, m: Member, values: dict[str, float]) -> None:
         """The slow tier of one member, into values: VmHWM, context switches, the fd count."""
