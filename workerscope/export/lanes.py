@@ -27,6 +27,14 @@ def tree(spans: Sequence[Span]) -> tuple[list[int | None], list[int]]:
     """Each span's parent (an index into `spans`, None for an outermost span) and depth. A
     span's parent is the span its `parent` names in its process, else its job; a span with
     neither is outermost (a job is 0). A cycle in damaged data is cut where it is found."""
+    parent = _parents(spans)
+    depth = _depths(parent)
+    # The span where a cycle was cut is outermost (depth 0): its parent is dropped.
+    return [None if d == 0 else p for p, d in zip(parent, depth, strict=True)], depth
+
+
+def _parents(spans: Sequence[Span]) -> list[int | None]:
+    """Each span's parent as its ids name it, before any cycle is cut."""
     key = {(s.worker, s.pid, s.id): i for i, s in enumerate(spans) if s.kind == "job"}
     key.update({(s.worker, s.pid, s.id): i for i, s in enumerate(spans) if s.kind != "job"})
     job = {(s.worker, s.job): i for i, s in enumerate(spans) if s.kind == "job"}
@@ -39,8 +47,14 @@ def tree(spans: Sequence[Span]) -> tuple[list[int | None], list[int]]:
             if p is None and s.job is not None:
                 p = job.get((s.worker, s.job))
         parent.append(None if p == i else p)
-    depth = [-1] * len(spans)
-    for i in range(len(spans)):
+    return parent
+
+
+def _depths(parent: list[int | None]) -> list[int]:
+    """Each span's depth under `parent`; where a chain of parents comes back to itself, the
+    span it was entered by is 0."""
+    depth = [-1] * len(parent)
+    for i in range(len(parent)):
         if depth[i] >= 0:
             continue
         path: list[int] = []
@@ -53,8 +67,7 @@ def tree(spans: Sequence[Span]) -> tuple[list[int | None], list[int]]:
         for k in reversed(path):
             base += 1
             depth[k] = base
-    # The span where a cycle was cut is outermost (depth 0): its parent is dropped.
-    return [None if d == 0 else p for p, d in zip(parent, depth, strict=True)], depth
+    return depth
 
 
 def _place(busy: list[int], lo: int, start: int, end: int, height: int, limit: int) -> int:
@@ -88,6 +101,33 @@ def layout(spans: Sequence[Span], ends: Sequence[int] | None = None,
     parent, depth = tree(spans)
     start = [s.start_ns for s in spans]
     end = [s.end_ns for s in spans] if ends is None else list(ends)
+    offset = [0] * n
+    height = [1] * n
+    _blocks(parent, depth, start, end, offset, height, limit)
+    bands: dict[str, list[int]] = {}
+    for i, p in enumerate(parent):
+        if p is None:
+            bands.setdefault(spans[i].worker, []).append(i)
+    for outer in bands.values():
+        outer.sort(key=lambda c: start[c])
+        busy: list[int] = []
+        for c in outer:
+            offset[c] = _place(busy, 0, start[c], end[c], min(height[c], limit), limit)
+    lanes = offset  # each outermost span's lane is its offset; the others add their parent's
+    roots = list(range(n))
+    for i in sorted(range(n), key=depth.__getitem__):  # parents first
+        p = parent[i]
+        if p is not None:
+            lanes[i] += lanes[p]
+            roots[i] = roots[p]
+    return Layout(lanes, depth, roots)
+
+
+def _blocks(parent: list[int | None], depth: list[int], start: list[int], end: list[int],
+            offset: list[int], height: list[int], limit: int) -> None:
+    """Each span's children placed in its block (their `offset` under it), from the deepest
+    up: a span's block then spans its own time and all of its children's (`start`, `end`),
+    `height` lanes."""
     children: dict[int, list[int]] = {}
     for i, p in enumerate(parent):
         if p is not None:
@@ -95,9 +135,6 @@ def layout(spans: Sequence[Span], ends: Sequence[int] | None = None,
     by_depth: list[list[int]] = [[] for _ in range(max(depth, default=-1) + 1)]
     for i in children:
         by_depth[depth[i]].append(i)
-    offset = [0] * n
-    height = [1] * n
-    # Blocks from the deepest up: a span's block spans its own time and all of its children's.
     for level in reversed(by_depth):
         for i in level:
             busy: list[int] = []
@@ -114,20 +151,3 @@ def layout(spans: Sequence[Span], ends: Sequence[int] | None = None,
                 a = sc if sc < a else a
                 b = ec if ec > b else b
             height[i], start[i], end[i] = (h if h < limit else limit), a, b
-    bands: dict[str, list[int]] = {}
-    for i, p in enumerate(parent):
-        if p is None:
-            bands.setdefault(spans[i].worker, []).append(i)
-    for outer in bands.values():
-        outer.sort(key=lambda c: start[c])
-        busy = []
-        for c in outer:
-            offset[c] = _place(busy, 0, start[c], end[c], min(height[c], limit), limit)
-    lanes = offset  # each outermost span's lane is its offset; the others add their parent's
-    roots = list(range(n))
-    for i in sorted(range(n), key=depth.__getitem__):  # parents first
-        p = parent[i]
-        if p is not None:
-            lanes[i] += lanes[p]
-            roots[i] = roots[p]
-    return Layout(lanes, depth, roots)
