@@ -67,7 +67,6 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
     `cut_short: true` on a span its process's death ended; a job's slice and its failure
     instant carry `death`, the figures of how its worker died (Job.death)."""
     attribution = attribute(t) if attribution is None else attribution
-    jobs = {(j.worker, j.pid, j.id): j for j in t.jobs}
     origin = t.start_ns or 0
     host_of = {wid: w.host for wid, w in t.workers.items()}
     pids = _pid_map(t)
@@ -75,6 +74,30 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
     def pid_of(worker: str, pid: int) -> int:
         return pids.get((host_of.get(worker, ""), pid), pid)
 
+    events = _names(t, host_of, pid_of)
+    events += _span_events(t, attribution, origin, pid_of)
+    events += [{"ph": "i", "s": "t", "name": m.name, "pid": pid_of(m.worker, m.pid), "tid": m.tid,
+                "ts": _us(m.t_ns, origin), "args": m.attrs or {}} for m in t.marks]
+    events += _failed_jobs(t, origin, pid_of)
+    events.extend(_counters(t, origin, pid_of))
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "generator": "workerscope",
+            "origin_unix_ns": origin,
+            "workers": {wid: {"host": w.host, "node": w.node, "pid": w.pid, "status": w.status,
+                              "frames": w.frames, "lost": w.lost, "dropped": w.dropped}
+                        for wid, w in t.workers.items()},
+            "remapped_pids": {f"{h}:{pid}": new for (h, pid), new in pids.items() if new != pid},
+        },
+    }
+
+
+def _names(t: Timeline, host_of: dict[str, str], pid_of: Callable[[str, int], int]
+           ) -> list[dict[str, Any]]:
+    """The "M" events: each process's name (a worker's root named after the worker when it
+    has none), each worker's labels, each thread's name."""
     events: list[dict[str, Any]] = []
     named: set[int] = set()
     for (wid, pid), name in sorted(t.processes.items()):
@@ -94,10 +117,17 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
     for (wid, pid, tid), name in sorted(t.threads.items()):
         events.append({"ph": "M", "name": "thread_name", "pid": pid_of(wid, pid), "tid": tid,
                        "args": {"name": name}})
+    return events
 
+
+def _span_events(t: Timeline, attribution: Attribution, origin: int,
+                 pid_of: Callable[[str, int], int]) -> list[dict[str, Any]]:
+    """Each thread's spans: "X" slices where they nest, async "b"/"e" pairs where not."""
+    jobs = {(j.worker, j.pid, j.id): j for j in t.jobs}
     by_thread: dict[tuple[int, int], list[Span]] = {}
     for s in t.spans:
         by_thread.setdefault((pid_of(s.worker, s.pid), s.tid), []).append(s)
+    events: list[dict[str, Any]] = []
     for (p, tid), group in by_thread.items():
         nested, overlapping = split_nested(group)
         for s in nested:
@@ -110,12 +140,15 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
             events.append({**common, "ph": "b", "ts": _us(s.start_ns, origin),
                            "args": _span_args(s, attribution, jobs)})
             events.append({**common, "ph": "e", "ts": _us(s.end_ns, origin)})
-    for m in t.marks:
-        events.append({"ph": "i", "s": "t", "name": m.name, "pid": pid_of(m.worker, m.pid),
-                       "tid": m.tid, "ts": _us(m.t_ns, origin), "args": m.attrs or {}})
+    return events
+
+
+def _failed_jobs(t: Timeline, origin: int, pid_of: Callable[[str, int], int]
+                 ) -> list[dict[str, Any]]:
+    """A failed or killed job is also an instant on its process, easy to spot."""
+    events: list[dict[str, Any]] = []
     for j in t.jobs:
         if j.status not in NOT_FAILED:
-            # A failed or killed job is also an instant on its process, easy to spot.
             end = j.end_ns if j.end_ns is not None else j.start_ns
             args: dict[str, Any] = {"error": j.error, "job": j.id}
             if j.death:
@@ -123,19 +156,7 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
             events.append({"ph": "i", "s": "p", "name": f"job {j.status}: {j.name}",
                            "pid": pid_of(j.worker, j.pid), "tid": j.tid or j.pid,
                            "ts": _us(end, origin), "args": args})
-    events.extend(_counters(t, origin, pid_of))
-    return {
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "generator": "workerscope",
-            "origin_unix_ns": origin,
-            "workers": {wid: {"host": w.host, "node": w.node, "pid": w.pid, "status": w.status,
-                              "frames": w.frames, "lost": w.lost, "dropped": w.dropped}
-                        for wid, w in t.workers.items()},
-            "remapped_pids": {f"{h}:{pid}": new for (h, pid), new in pids.items() if new != pid},
-        },
-    }
+    return events
 
 
 def span_args(s: Span, jobs: dict[tuple[str, int, int], Job]) -> dict[str, Any]:
