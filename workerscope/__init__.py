@@ -2,43 +2,51 @@
 
 from typing import TYPE_CHECKING
 
+from .errors import (
+    ConfigError,
+    FileFormatError,
+    MissingExtraError,
+    OutputPathError,
+    ProtocolError,
+    SidecarError,
+    UsageError,
+    WorkerscopeError,
+)
+
 if TYPE_CHECKING:
     from .driver.subscriber import Subscriber
+    from .protocol import Status
     from .record import load
-    from .timeline import Timeline
+    from .timeline import Job, Mark, Sample, Span, Timeline, Worker
     from .worker.instruments import mark, span, timed
     from .worker.jobs import monitor, profiled
 
     __version__: str
 
-__all__ = ["Subscriber", "Timeline", "load", "mark", "monitor", "profiled", "span", "timed"]
+__all__ = [
+    "ConfigError", "FileFormatError", "Job", "Mark", "MissingExtraError", "OutputPathError",
+    "ProtocolError", "Sample", "SidecarError", "Span", "Status", "Subscriber", "Timeline",
+    "UsageError", "Worker", "WorkerscopeError", "load", "mark", "monitor", "profiled", "span",
+    "timed",
+]
+
+# Where each lazily imported name lives (PEP 562): `python -m workerscope.sidecar` and the CLI
+# import this package too, and must not pay for the timeline and the views (~20 ms), the
+# worker's asyncio (~20 ms), the driver's pyzmq (~13 ms) or importlib.metadata.
+_LAZY = {
+    "Timeline": "timeline", "Worker": "timeline", "Job": "timeline", "Span": "timeline",
+    "Mark": "timeline", "Sample": "timeline", "Status": "protocol", "load": "record",
+    "mark": "worker.instruments", "span": "worker.instruments", "timed": "worker.instruments",
+    "monitor": "worker.jobs", "profiled": "worker.jobs", "Subscriber": "driver.subscriber",
+}
 
 
 def __getattr__(name: str) -> object:
-    # Each name is imported on first use (PEP 562): `python -m workerscope.sidecar` and the CLI
-    # import this package too, and must not pay for the timeline and the views (~20 ms), the
-    # worker's asyncio (~20 ms), the driver's pyzmq (~13 ms) or importlib.metadata. Issue 11.
     value: object
-    if name == "Timeline":
-        from .timeline import Timeline
+    if name in _LAZY:
+        from importlib import import_module
 
-        value = Timeline
-    elif name == "load":
-        from .record import load
-
-        value = load
-    elif name in ("mark", "span", "timed"):
-        from .worker import instruments
-
-        value = getattr(instruments, name)
-    elif name in ("monitor", "profiled"):
-        from .worker import jobs
-
-        value = getattr(jobs, name)
-    elif name == "Subscriber":
-        from .driver.subscriber import Subscriber
-
-        value = Subscriber
+        value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
     elif name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
 
@@ -48,7 +56,9 @@ def __getattr__(name: str) -> object:
             value = "0+unknown"
     else:
         raise AttributeError(f"module 'workerscope' has no attribute {name!r}")
-    from .export import files  # noqa: F401 - registers the views' file formats with Timeline.save
-
     globals()[name] = value  # once: later lookups find it without coming here
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, "__version__"])

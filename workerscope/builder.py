@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import protocol
@@ -347,6 +347,17 @@ class TimelineBuilder:
         self._open_jobs: dict[tuple[str, int], dict[str, Any]] = {}
         self._roots: dict[str, int] = {}
         self.last_sample: dict[str, int] = {}  # worker -> its latest sample's wall time
+        # Each kind of frame and what folds it in; kinds not here (heartbeats, pongs, pings,
+        # acks) only count as the worker's frames.
+        self._handlers: dict[protocol.FrameKind, Callable[[str, dict[str, Any]], None]] = {
+            protocol.HELLO: self._on_hello,
+            protocol.JOB_START: self._on_job_start,
+            protocol.JOB_END: self._on_job_end,
+            protocol.SAMPLE: self._on_sample,
+            protocol.SPANS: self._on_spans,
+            protocol.MARK: self._on_spans,
+            protocol.BYE: self._on_bye,
+        }
 
     def worker(self, wid: str) -> Worker:
         w = self.t.workers.get(wid)
@@ -378,7 +389,7 @@ class TimelineBuilder:
 
     def add(self, frame: protocol.Frame) -> None:
         """Fold one frame in. A malformed body raises ProtocolError; nothing is half-added."""
-        handler = getattr(self, f"_on_{frame.kind}", None)
+        handler = self._handlers.get(frame.kind)
         if handler is not None:
             try:
                 handler(frame.worker, frame.body)
@@ -413,10 +424,11 @@ class TimelineBuilder:
         if key not in self._open_jobs:
             return  # its start was lost: the seq gap is already counted
         end = self._wall(wid, b["t"])
+        status = protocol.status_of(b.get("status", Status.OK), protocol.JOB_END_STATUSES)
+        error = _opt(b.get("error"), str)
         job = self._open_jobs.pop(key)
         if self.keep:
-            _append_job(self.t, wid, job, end, str(b.get("status", Status.OK)),
-                        b.get("error"), stats, death)
+            _append_job(self.t, wid, job, end, status, error, stats, death)
 
     def _on_sample(self, wid: str, b: dict[str, Any]) -> None:
         if not self.keep:
@@ -496,10 +508,9 @@ class TimelineBuilder:
             w.spans_lost = max(w.spans_lost, lost)  # a running total: a lost frame loses nothing
         w.notes.extend(n for n in notes if n not in w.notes)
 
-    _on_mark = _on_spans
-
     def _on_bye(self, wid: str, b: dict[str, Any]) -> None:
-        status, dropped = str(b.get("status", Status.EXITED)), int(b.get("dropped", 0))
+        status = protocol.status_of(b.get("status", Status.EXITED), protocol.BYE_STATUSES)
+        dropped = int(b.get("dropped", 0))
         errors = [str(e) for e in b.get("errors", ())]
         notes = b.get("notes") or []  # e.g. how the worker died
         if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
@@ -593,7 +604,7 @@ def _shift(t: Timeline, offsets: dict[str, int]) -> None:
               if offsets.get(j.worker) else j for j in t.jobs]
 
 
-def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, status: str,
+def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, status: Status,
                 error: Any, stats: dict[str, float] | None = None,
                 death: dict[str, Any] | None = None) -> None:
     """A job is a Job record and also the outermost span of its worker's spans."""

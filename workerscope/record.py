@@ -31,10 +31,12 @@ from typing import Any, BinaryIO, NamedTuple
 
 from . import protocol
 from .builder import TimelineBuilder
-from .errors import ProtocolError, WorkerscopeError
+from .errors import FileFormatError, ProtocolError, WorkerscopeError
 from .protocol import Status
 from .timeline import Timeline
 from .timeline import load as load_timeline
+
+_STATUS_VALUES = frozenset(s.value for s in Status)
 
 log = logging.getLogger("workerscope.record")
 
@@ -265,10 +267,10 @@ class RecordReader:
         with _open_regular(self.path) as f:
             head = f.read(len(RECORD_MAGIC))
             if not head:
-                raise WorkerscopeError(f"{self.path!r} is empty: the driver that was recording "
+                raise FileFormatError(f"{self.path!r} is empty: the driver that was recording "
                                        "it stopped before writing anything")
             if head != RECORD_MAGIC:
-                raise WorkerscopeError(f"{self.path!r} is not a workerscope record")
+                raise FileFormatError(f"{self.path!r} is not a workerscope record")
             pos = len(head)
             buf = b""
             while True:
@@ -388,8 +390,8 @@ def _apply(builder: TimelineBuilder, facts: Facts, live: bool) -> Timeline:
     for wid, w in t.workers.items():
         w.lost = facts.lost.get(wid, w.lost)
         w.dropped = max(w.dropped, facts.dropped.get(wid, 0))
-        if wid in facts.states:
-            w.status = facts.states[wid]
+        if facts.states.get(wid) in _STATUS_VALUES:
+            w.status = Status(facts.states[wid])
         if wid in facts.clocks:
             w.clock_offset_ns, w.clock_error_ns = facts.clocks[wid]
         w.notes = [*w.notes, *(n for n in facts.notes.get(wid, ()) if n not in w.notes)]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from . import protocol
-from .errors import ProtocolError, WorkerscopeError
+from .errors import FileFormatError, OutputPathError, ProtocolError, WorkerscopeError
 from .protocol import Status
 from .units import fmt_seconds
 
@@ -33,9 +33,9 @@ class Worker:
     sidecar_pid: int | None = None
     interval: float | None = None
     boot_id: str | None = None
-    # running | exited | ended | killed | sidecar_lost; at a driver also stale (silent for
-    # longer than stale_after) and dead (its processes are gone from this host, no bye)
-    status: str = Status.RUNNING
+    # running | idle | exited | ended | killed | sidecar_lost; at a driver also stale (silent
+    # for longer than stale_after) and dead (its processes are gone from this host, no bye)
+    status: Status = Status.RUNNING
     frames: int = 0
     lost: int = 0
     dropped: int = 0
@@ -55,7 +55,7 @@ class Job:
     name: str
     start_ns: int
     end_ns: int | None
-    status: str  # running | ok | error | killed | oom_killed
+    status: Status  # running | ok | error | killed | oom_killed | lost
     error: str | None
     pid: int
     tid: int | None
@@ -188,11 +188,11 @@ class Timeline:
 
     # -- views that workerscope.export registers in VIEWS -------------------------------------
     def _repr_html_(self) -> str:  # Jupyter shows a Timeline as its HTML report
-        return str(VIEWS["_repr_html_"](self))
+        return str(_views()["_repr_html_"](self))
 
     def to_pandas(self) -> dict[str, Any]:
         """{"spans", "samples", "jobs", "marks", "workers"}: pandas DataFrames (needs pandas)."""
-        return dict(VIEWS["to_pandas"](self))
+        return dict(_views()["to_pandas"](self))
 
     # -- files -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> str:
@@ -200,8 +200,7 @@ class Timeline:
         .json (Chrome trace), .html (self-contained report), .csv (samples) or .png (plots).
         Returns the path.
 
-        The formats other than .wsc live in workerscope.export, which registers them here
-        (this module imports no exporter)."""
+        The formats other than .wsc live in workerscope.export (see _views)."""
         path = os.fspath(path)
         writer = _WRITERS[check_output_path(path)]
         return writer(self, path)
@@ -226,7 +225,7 @@ class Timeline:
         """The inverse of to_dict, every record's fields checked for type: a damaged or
         hand-made file is refused here, never half-read into views that fail later."""
         if not isinstance(d, dict) or d.get("version") != FILE_VERSION:
-            raise WorkerscopeError("not a workerscope timeline of a version this release reads")
+            raise FileFormatError("not a workerscope timeline of a version this release reads")
         try:
             return cls(
                 workers={w["id"]: _record(Worker, w) for w in d["workers"]},
@@ -240,7 +239,7 @@ class Timeline:
                          for w, pid, tid, name in d["threads"]},
             )
         except (KeyError, TypeError, ValueError) as err:
-            raise WorkerscopeError(f"damaged timeline file: {err}") from err
+            raise FileFormatError(f"damaged timeline file: {err}") from err
 
 
 def _typed(kind: type, value: Any) -> Any:
@@ -257,6 +256,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+_STATUS_VALUES = frozenset(s.value for s in Status)
 # Checks for the annotations the records use (annotations are strings here: see the
 # __future__ import). A record class with a field of another type fails loudly at import.
 _CHECKS: dict[str, Callable[[Any], bool]] = {
@@ -265,6 +265,7 @@ _CHECKS: dict[str, Callable[[Any], bool]] = {
     "str": lambda v: isinstance(v, str),
     "bool": lambda v: isinstance(v, bool),
     "Any": lambda v: True,
+    "Status": lambda v: isinstance(v, str) and v in _STATUS_VALUES,
     "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
     "dict[str, Any]": lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
     "dict[str, float]": lambda v: isinstance(v, dict) and all(
@@ -302,6 +303,8 @@ def _record(cls: type[Any], raw: Any) -> Any:
                 raise ValueError(f"{cls.__name__}.{name} is missing")
         elif not check(values[name]):
             raise ValueError(f"{cls.__name__}.{name} has a wrong type: {values[name]!r:.60}")
+    if "status" in values:  # a plain string in the file, the Status it names in memory
+        values = {**values, "status": Status(values["status"])}
     return cls(**values)
 
 
@@ -367,17 +370,33 @@ _READY: dict[str, Callable[[], object]] = {}
 VIEWS: dict[str, Callable[[Timeline], Any]] = {}
 
 
+# The module that registers the views' formats and VIEWS. Loaded by name, on first need: this
+# module imports no exporter (the import layers), yet saving must not depend on whether
+# someone imported the views first.
+VIEWS_MODULE = "workerscope.export.files"
+
+
+def _views() -> dict[str, Callable[[Timeline], Any]]:
+    if not VIEWS:
+        import importlib
+
+        importlib.import_module(VIEWS_MODULE)
+    return VIEWS
+
+
 def check_output_path(path: str, folder: bool = True) -> str:
     """The extension of an output path if a file could be saved there now (a known format,
     and with `folder`, an existing folder); else a WorkerscopeError naming what is wrong.
     Callers check this before the work whose results it will hold."""
     ext = os.path.splitext(path)[1].lower()
     if ext not in _WRITERS:
+        _views()
+    if ext not in _WRITERS:
         known = ", ".join(sorted(_WRITERS))
-        raise WorkerscopeError(f"unknown file type (extension) for {path!r}: use one of {known}")
+        raise OutputPathError(f"unknown file type (extension) for {path!r}: use one of {known}")
     where = os.path.dirname(path) or "."
     if folder and not os.path.isdir(where):
-        raise WorkerscopeError(f"cannot write {path!r}: no such folder {where!r}")
+        raise OutputPathError(f"cannot write {path!r}: no such folder {where!r}")
     if ext in _READY:
         _READY[ext]()
     return ext
@@ -400,7 +419,7 @@ def out_path(template: str, pid: int, job: int) -> str:
     try:
         return template.format(pid=pid, job=job, host=socket.gethostname())
     except (KeyError, IndexError, ValueError) as err:
-        raise WorkerscopeError(
+        raise OutputPathError(
             f"out path {template!r}: only {{pid}}, {{job}} and {{host}} may be filled in") from err
 
 
@@ -413,7 +432,7 @@ def load(path: str | os.PathLike[str]) -> Timeline:
         if not stat.S_ISREG(os.stat(path).st_mode):
             raise WorkerscopeError(f"{path!r} is not a regular file")
         if not path.endswith(".wsc"):
-            raise WorkerscopeError(f"{path!r}: load() reads workerscope's native .wsc files; "
+            raise FileFormatError(f"{path!r}: load() reads workerscope's native .wsc files; "
                                    "a .json trace is for Perfetto")
         with open(path, "rb") as f:
             data = f.read()
@@ -422,5 +441,5 @@ def load(path: str | os.PathLike[str]) -> Timeline:
     try:
         raw = protocol.decode_blob(data, limit=None)
     except ProtocolError as err:
-        raise WorkerscopeError(f"{path!r} is not a workerscope timeline: {err}") from err
+        raise FileFormatError(f"{path!r} is not a workerscope timeline: {err}") from err
     return Timeline.from_dict(raw)

@@ -4,7 +4,10 @@ long runs without losing peaks."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from ..protocol import SAMPLE_SECTIONS, Section
 
 SUFFIXES = ("_min", "_mean", "_max")
 
@@ -52,20 +55,29 @@ class Aggregator:
         if len(bodies) == 1:
             return bodies[0]
         out: dict[str, Any] = {"t": bodies[-1]["t"], "n": len(bodies)}
-        for scope in ("tree", "host", "sidecar"):
-            out[scope] = _combine([b.get(scope) or {} for b in bodies])
-        out["procs"] = _combine_keyed([b.get("procs") or [] for b in bodies])
-        if any("gpus" in b for b in bodies):
-            out["gpus"] = _combine_keyed([b.get("gpus") or [] for b in bodies])
-        if any("threads" in b for b in bodies):
-            rows = [row for b in bodies for row in b.get("threads") or []]
-            threads = _combine_keyed([[[(r[0], r[1]), r[2]] for r in b.get("threads") or []]
-                                      for b in bodies])
-            starts = {(r[0], r[1]): r[3] for r in rows if len(r) > 3}  # a thread's start
-            out["threads"] = [[pid, tid, v, *([starts[(pid, tid)]] if (pid, tid) in starts else [])]
-                              for (pid, tid), v in threads]
-        for key in ("new", "gone", "notes"):
-            items = [x for b in bodies for x in b.get(key, ())]
-            if items:
-                out[key] = items
+        present = {key for b in bodies for key in b} - {"t", "n"}
+        unknown = present - SAMPLE_SECTIONS.keys()
+        if unknown:
+            # A section the schema lacks would vanish from every frame: say it at once.
+            raise ValueError(f"sample section(s) {', '.join(sorted(unknown))} not in "
+                             "protocol.SAMPLE_SECTIONS")
+        for key in present:
+            out[key] = _COMBINE[SAMPLE_SECTIONS[key]]([b[key] for b in bodies if key in b])
         return out
+
+
+def _combine_threads(rows_per_sample: list[list[list[Any]]]) -> list[list[Any]]:
+    """Thread rows [pid, tid, values(, start)] of each sample -> one row per thread, with the
+    start of a thread that began meanwhile."""
+    combined = _combine_keyed([[[(r[0], r[1]), r[2]] for r in rows] for rows in rows_per_sample])
+    starts = {(r[0], r[1]): r[3] for rows in rows_per_sample for r in rows if len(r) > 3}
+    return [[pid, tid, v, *([starts[(pid, tid)]] if (pid, tid) in starts else [])]
+            for (pid, tid), v in combined]
+
+
+_COMBINE: dict[Section, Callable[[list[Any]], Any]] = {
+    Section.METRICS: _combine,
+    Section.KEYED: _combine_keyed,
+    Section.THREADS: _combine_threads,
+    Section.LIST: lambda items: [x for part in items for x in part],
+}

@@ -17,7 +17,8 @@ import sys
 import time
 import types
 from collections.abc import Callable
-from typing import Any, TypeVar, overload
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar, overload
 
 from .. import spanring
 from ..spanring import END, ERR_BIT, F_ASYNC, F_MARK, GEN_SHIFT, H_COUNTER, RECORD_WORDS
@@ -289,7 +290,7 @@ class _AsyncSpan:
         rec.finish(w, self.token, exc_type is not None)
 
 
-def _py_span(name: Any, **attrs: Any) -> Any:
+def _py_span(name: str, /, **attrs: Any) -> AbstractContextManager[Any]:
     """A context manager recording its block as a span named `name` with `attrs`."""
     if rec.active is None:
         return _NO_SPAN
@@ -298,8 +299,14 @@ def _py_span(name: Any, **attrs: Any) -> Any:
     return _Span(name, attrs or None)
 
 
+class SpanFactory(Protocol):
+    """span(name, **attrs): a context manager that records its block as a span."""
+
+    def __call__(self, name: str, /, **attrs: Any) -> AbstractContextManager[Any]: ...
+
+
 # The C path's span() does the same (and returns an _AsyncSpan inside a running event loop).
-span: Callable[..., Any] = rec.fast.span if rec.fast is not None else _py_span
+span: SpanFactory = rec.fast.span if rec.fast is not None else _py_span
 rec.set_async_span(_AsyncSpan)
 if rec.fast is not None:
     rec.fast.set_reduce(_reduce_timed)

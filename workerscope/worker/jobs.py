@@ -24,9 +24,8 @@ from .. import protocol, spanring
 from ..builder import build
 from ..config import Config, Options, env_names, resolve
 from ..errors import ConfigError, WorkerscopeError
-from ..export import files as _files  # noqa: F401 - registers the formats out= may name
 from ..protocol import Status
-from ..timeline import Job, Span, Timeline, Worker, check_output_path, out_path
+from ..timeline import Timeline, check_output_path, out_path
 from . import light
 from . import recorder as spans
 
@@ -167,26 +166,28 @@ class _HeavyJob:
             except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
                 _warn(f"could not write {path}: {err!r}")
 
-    def _lost_timeline(self, status: str, error: str | None) -> Timeline:
+    def _lost_timeline(self, status: Status, error: str | None) -> Timeline:
         """What the worker alone still knows when its sidecar is gone: the job and the spans
-        its ring still holds. The worker is marked sidecar_lost."""
-        pid = os.getpid()
-        wid = protocol.worker_id(os.uname().nodename, pid, "lost", self.config.node)
-        t = Timeline()
-        t.workers[wid] = Worker(wid, host=os.uname().nodename, node=self.config.node, pid=pid,
-                                status=Status.SIDECAR_LOST, errors=[self.lost or ""])
-        end = time.time_ns()
-        offset = time.time_ns() - time.monotonic_ns()
-        t.jobs.append(Job(wid, self.job, self.name, self.start_ns, end, status, error, pid, None))
-        tid = threading.get_native_id()
-        t.spans.append(Span(wid, self.job, self.job, None, self.name, self.start_ns, end, pid,
-                            tid, {"status": status}, error, "job"))
-        for rec in self._ring_spans(pid, tid, end - offset):
-            t.spans.append(Span(wid, rec.job, rec.id, rec.parent, rec.name, rec.start_ns + offset,
-                                rec.end_ns + offset, pid, rec.tid, rec.attrs, rec.error,
-                                cut_short=rec.cut_short))
-        t.sort()
-        return t
+        its ring still holds, as the frames a sidecar would have sent, through the builder
+        (the one path to a Timeline). The worker is marked sidecar_lost."""
+        pid, tid, host = os.getpid(), threading.get_native_id(), os.uname().nodename
+        wid = protocol.worker_id(host, pid, "lost", self.config.node)
+        end = time.monotonic_ns()
+        hello: protocol.HelloBody = {"host": host, "pid": pid, "node": self.config.node,
+                                     "anchor": protocol.clock_anchor()}
+        start: protocol.JobStartBody = {"job": self.job, "name": self.name,
+                                        "t": self.start_mono, "pid": pid, "tid": tid}
+        finish: protocol.JobEndBody = {"job": self.job, "t": end, "status": status,
+                                       "error": error}
+        bye: protocol.ByeBody = {"t": end, "status": Status.SIDECAR_LOST, "dropped": 0,
+                                 "errors": [self.lost or ""]}
+        bodies: list[tuple[protocol.FrameKind, protocol.FrameBody]] = [
+            (protocol.HELLO, hello), (protocol.JOB_START, start)]
+        records = self._ring_spans(pid, tid, end)
+        bodies += [(kind, body) for kind, body, _ in protocol.span_bodies(pid, records, [])]
+        bodies += [(protocol.JOB_END, finish), (protocol.BYE, bye)]
+        return build(protocol.encode_frame(kind, wid, seq, dict(body))
+                     for seq, (kind, body) in enumerate(bodies))
 
     def _ring_spans(self, pid: int, tid: int, end: int) -> list[protocol.SpanRecord]:
         """This job's completed spans in the worker's own ring (read from its start)."""
