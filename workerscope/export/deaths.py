@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import math
 import re
-import signal
 from typing import Any, NamedTuple
 
 from ..protocol import Status
 from ..timeline import Job, Span, Timeline
-from ..units import fmt_bytes, short_worker
+from ..units import fmt_bytes, fmt_signal, short_worker
 
 # A job in one of these ended because its worker died inside it.
 JOB_DIED = (Status.KILLED, Status.OOM_KILLED)
@@ -32,13 +31,6 @@ def is_cut_short(span: Span) -> bool:
     return bool(getattr(span, "cut_short", False))
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def cause(job: Job) -> str:
     """What the job's worker died of, in a word or two: "oom", "SIGKILL", "exit 3",
     "unknown"; "" when it did not die in this job. From Job.death where the sidecar sent it,
@@ -50,7 +42,7 @@ def cause(job: Job) -> str:
     if what == "oom" or job.status == Status.OOM_KILLED:
         return "oom"
     if isinstance(death.get("signal"), int) and what in ("signal", None):
-        return _signal_name(death["signal"]) + (" (core)" if death.get("core_dumped") else "")
+        return fmt_signal(death["signal"]) + (" (core)" if death.get("core_dumped") else "")
     if what == "exit" and isinstance(death.get("exit_status"), int):
         return f"exit {death['exit_status']}"
     text = job.error or ""
@@ -85,7 +77,7 @@ def figures(death: dict[str, Any] | None) -> list[str]:
         return []
     out: list[str] = []
     if isinstance(death.get("signal"), int):
-        out.append(f"signal {_signal_name(death['signal'])}"
+        out.append(f"signal {fmt_signal(death['signal'])}"
                    + (" (core dumped)" if death.get("core_dumped") else ""))
     if isinstance(death.get("exit_status"), int):
         out.append(f"exit status {death['exit_status']}")

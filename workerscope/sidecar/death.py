@@ -20,8 +20,9 @@ import signal
 import time
 from typing import Any, NamedTuple
 
-from .. import procfs
+from .. import cgroup, procfs
 from ..protocol import Status
+from ..units import fmt_signal
 
 # How long to wait after EOF for the worker to become a zombie: its files close just before.
 ZOMBIE_WAIT_S = 0.2
@@ -32,13 +33,7 @@ KERNEL_LOG_CHARS = 300
 REAPED = "its parent reaped it before the sidecar could read its exit status"
 STILL_RUNNING = f"the worker was still running {ZOMBIE_WAIT_S * 1000:.0f} ms later"
 _MIB = 1024 * 1024
-_UNLIMITED = 1 << 60  # cgroup v1 writes a huge number for "no limit"
-# Per cgroup version: (OOM-kill counter, limit, usage, peak) files.
-_FILES = {
-    1: ("memory.oom_control", "memory.limit_in_bytes", "memory.usage_in_bytes",
-        "memory.max_usage_in_bytes"),
-    2: ("memory.events", "memory.max", "memory.current", "memory.peak"),
-}
+_FILES = cgroup.FILES
 
 
 class Death(NamedTuple):
@@ -50,16 +45,6 @@ class Death(NamedTuple):
     figures: dict[str, Any]
 
 log = logging.getLogger("workerscope.sidecar")
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-        value = int(text)
-    except (OSError, ValueError):
-        return None  # missing, unreadable, or "max"
-    return None if value >= _UNLIMITED else value
 
 
 def _oom_kills(path: str) -> int | None:
@@ -184,18 +169,7 @@ class DeathWatch:
                 self._follow_cgroup()
 
     def _cgroup_dir(self) -> tuple[int, str] | None:
-        found = procfs.read_memory_cgroup(self.pid)
-        if found is None or found[0] not in self.mounts:
-            return None
-        version, path = found
-        root, point = self.mounts[version]
-        root = root.rstrip("/")
-        if root and not (path == root or path.startswith(root + "/")):
-            return None  # a cgroup outside what this mount shows
-        where = os.path.normpath(os.path.join(point, path[len(root):].lstrip("/")))
-        if not os.path.exists(os.path.join(where, _FILES[version][0])):
-            return None  # v2 without the memory controller here, or hidden
-        return version, where
+        return cgroup.memory_dir(self.pid, self.mounts)
 
     def _follow_cgroup(self) -> None:
         found = self._cgroup_dir()
@@ -261,7 +235,7 @@ class DeathWatch:
             return Death(Status.OOM_KILLED, _oom_text(figures), figures)
         if sig is not None:
             figures["cause"] = "signal"
-            error = f"killed by {_signal_name(sig)}"
+            error = f"killed by {fmt_signal(sig)}"
             if figures.get("core_dumped"):
                 error += " (core dumped)"
         elif exit_status is not None:
@@ -300,8 +274,8 @@ class DeathWatch:
         _, limit_file, usage_file, peak_file = _FILES[version]
         limit = _effective_limit(where, limit_file, self.mounts[version][1])
         for key, value in (("cgroup_limit_bytes", limit),
-                           ("cgroup_usage_bytes", _read_int(os.path.join(where, usage_file))),
-                           ("cgroup_peak_bytes", _read_int(os.path.join(where, peak_file)))):
+                           ("cgroup_usage_bytes", cgroup.read_int(os.path.join(where, usage_file))),
+                           ("cgroup_peak_bytes", cgroup.read_int(os.path.join(where, peak_file)))):
             if value is not None:
                 figures[key] = value
 
@@ -313,20 +287,13 @@ def _effective_limit(where: str, limit_file: str, mount_point: str) -> int | Non
     top = os.path.normpath(mount_point)
     here = where
     while True:
-        value = _read_int(os.path.join(here, limit_file))
+        value = cgroup.read_int(os.path.join(here, limit_file))
         if value is not None:
             limits.append(value)
         if len(here) <= len(top) or not here.startswith(top):
             break
         here = os.path.dirname(here)
     return min(limits, default=None)
-
-
-def _signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 def _oom_text(figures: dict[str, Any]) -> str:

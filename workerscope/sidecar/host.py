@@ -17,54 +17,13 @@ from __future__ import annotations
 import logging
 import os
 
-UNLIMITED = 1 << 60  # cgroup v1 writes a huge number for "no limit"
+from .. import cgroup
+
 _TICK = os.sysconf("SC_CLK_TCK")
 _SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own size
 _CHUNK = 1 << 16
 
 log = logging.getLogger("workerscope.sidecar")
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-    except OSError:
-        return None
-    return _int_or_none(text.encode())
-
-
-def _int_or_none(text: bytes) -> int | None:
-    text = text.strip()
-    if not text or text == b"max":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        return None
-    return None if value >= UNLIMITED else value
-
-
-def cgroup_memory_files(pid: int) -> tuple[str | None, str | None]:
-    """(limit file, usage file) of pid's memory cgroup, v2 or v1, or None where there is none."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None, None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "" and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-            for base in (f"/sys/fs/cgroup{path}", "/sys/fs/cgroup"):
-                if os.path.exists(f"{base}/memory.max"):
-                    return f"{base}/memory.max", f"{base}/memory.current"
-        if "memory" in controllers.split(","):
-            # Inside a container the cgroup path often names the host's hierarchy while the
-            # container sees its own cgroup at the mount root: try both.
-            for base in (f"/sys/fs/cgroup/memory{path}", "/sys/fs/cgroup/memory"):
-                if os.path.exists(f"{base}/memory.limit_in_bytes"):
-                    return f"{base}/memory.limit_in_bytes", f"{base}/memory.usage_in_bytes"
-    return None, None
 
 
 def _disks() -> frozenset[bytes]:
@@ -83,7 +42,7 @@ class HostSampler:
         self._last_cores: list[tuple[int, int, int, int]] | None = None
         self.errors: dict[str, str] = {}
         self._fds: dict[str, int] = {}
-        limit, usage = cgroup_memory_files(pid or os.getpid())
+        limit, usage = self.cgroup_files = cgroup.memory_files(pid or os.getpid())
         for name, path in (("stat", "/proc/stat"), ("memory", "/proc/meminfo"),
                            ("network", "/proc/net/dev"), ("disk", "/proc/diskstats"),
                            ("load", "/proc/loadavg"), ("cgroup limit", limit),
@@ -141,10 +100,10 @@ class HostSampler:
         if "cgroup limit" in self._fds:
             limit = self._read("cgroup limit")
             usage = self._read("cgroup usage")
-            value = None if limit is None else _int_or_none(limit)
+            value = None if limit is None else cgroup.int_or_none(limit)
             if value is not None:
                 out["cgroup_mem_limit_bytes"] = value
-            value = None if usage is None else _int_or_none(usage)
+            value = None if usage is None else cgroup.int_or_none(usage)
             if value is not None:
                 out["cgroup_mem_used_bytes"] = value
         net = self._read("network")

@@ -157,19 +157,10 @@ class Rings:
         """drain() as driver frames: (kind, body, the job it belongs to: None for none, or
         EVERY_JOB). One spans or mark frame per process and job, split to stay far below the
         frame size cap; the running count of lost records to every open job when it moves."""
-        step = protocol.MAX_RECORDS_PER_FRAME
         for batch in self.drain(upto, final, now_ns):
-            groups: dict[tuple[int, int | None], list[protocol.SpanRecord]] = {}
-            for r in batch.records:
-                groups.setdefault((r.kind, r.job), []).append(r)
             threads = [list(t) for t in batch.threads]
-            for (rtype, job), records in groups.items():
-                kind = protocol.MARK if rtype == protocol.RECORD_MARK else protocol.SPANS
-                for i, chunk in enumerate(_chunks(records, step, FRAME_BUDGET)):
-                    yield kind, {"pid": batch.pid, "records": chunk,
-                                 "threads": threads if i == 0 else []}, job
-            if threads and not groups:
-                yield protocol.SPANS, {"pid": batch.pid, "records": [], "threads": threads}, EVERY_JOB
+            for kind, body, job in protocol.span_bodies(batch.pid, batch.records, threads):
+                yield kind, dict(body), EVERY_JOB if job is None and not body["records"] else job
         notes = self.notes()
         if notes or self.lost != self._lost_said:
             self._lost_said = self.lost
@@ -180,8 +171,7 @@ class Rings:
         """What the rings could not hold, said once each."""
         new = []
         if self.lost:
-            new.append("span ring full: records were overwritten before the sidecar read them "
-                       "(spans_lost counts them; raise ring_records / WORKERSCOPE_RING_RECORDS)")
+            new.append(protocol.ring_full_note("the sidecar"))
         for ring in self.rings.values():
             names, extras = ring.reader.dropped
             if names:
@@ -224,33 +214,3 @@ def _alive(pid: int, path: str, inode: int) -> bool:
     except OSError:
         return False
     return data[data.rfind(b")") + 2:][:1] not in (b"Z", b"X")
-
-
-# Span frames stay well inside the driver's frame cap (transport.MAX_FRAME_BYTES, 1 MiB): a
-# batch is cut at this many estimated bytes as well as at a count of records, since names,
-# attributes and tracebacks (up to 2 KiB each) make records of very different sizes.
-FRAME_BUDGET = 256 * 1024
-
-
-def _size(r: protocol.SpanRecord) -> int:
-    """A cheap upper estimate of a record's packed size."""
-    size = 64 + len(r.name) + (len(r.error) if r.error else 0)
-    if r.attrs:
-        size += sum(len(str(k)) + len(str(v)) + 8 for k, v in r.attrs.items())
-    return size
-
-
-def _chunks(records: list[protocol.SpanRecord], most: int,
-            budget: int) -> Iterator[list[protocol.SpanRecord]]:
-    chunk: list[protocol.SpanRecord] = []
-    used = 0
-    for r in records:
-        size = _size(r)
-        if chunk and (len(chunk) >= most or used + size > budget):
-            yield chunk
-            chunk, used = [], 0
-        chunk.append(r)
-        used += size
-    if chunk or not records:
-        yield chunk
-

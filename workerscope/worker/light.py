@@ -291,42 +291,18 @@ def _hwm() -> int:
         return 0
 
 
-# Span frames stay far below the driver's frame cap (transport.MAX_FRAME_BYTES, 1 MiB): cut
-# at this many estimated bytes (attributes and tracebacks make records of very different
-# sizes) as well as at protocol.MAX_RECORDS_PER_FRAME records.
-FRAME_BUDGET = 256 * 1024
-
-
 def span_frames(pid: int, records: list[SpanRecord], threads: list[tuple[int, str]],
                 lost: int | None) -> list[tuple[str, dict[str, Any]]]:
-    """Records as the sidecar sends them: spans and mark frames by job, the threads named in
-    the first, and the ring's running count of lost records (when given) in the last."""
-    groups: dict[tuple[int, int | None], list[SpanRecord]] = {}
-    for r in records:
-        groups.setdefault((r.kind, r.job), []).append(r)
-    out: list[tuple[str, dict[str, Any]]] = []
+    """Records as the sidecar sends them (protocol.span_bodies), and the ring's running count
+    of lost records (when given) in a last frame."""
     named = [list(t) for t in threads]
-    for (rtype, _), group in groups.items():
-        kind = protocol.MARK if rtype == protocol.RECORD_MARK else protocol.SPANS
-        chunk: list[SpanRecord] = []
-        size = 0
-        for r in group:
-            cost = 64 + len(r.name) + len(r.error or "") + (len(repr(r.attrs)) if r.attrs else 0)
-            if chunk and (size + cost > FRAME_BUDGET or len(chunk) >= protocol.MAX_RECORDS_PER_FRAME):
-                out.append((kind, {"pid": pid, "records": chunk, "threads": named}))
-                chunk, size, named = [], 0, []
-            chunk.append(r)
-            size += cost
-        out.append((kind, {"pid": pid, "records": chunk, "threads": named}))
-        named = []
-    if named or lost is not None:
-        out.append((protocol.SPANS, {"pid": pid, "records": [], "threads": named}))
+    out: list[tuple[str, dict[str, Any]]] = [
+        (kind, dict(body)) for kind, body, _ in protocol.span_bodies(pid, records, named)]
     if lost is not None:
-        out[-1][1]["spans_lost"] = lost
+        body: dict[str, Any] = {"pid": pid, "records": [], "threads": [], "spans_lost": lost}
         if lost:
-            out[-1][1]["notes"] = [
-                "span ring full: records were overwritten before the job's end read them "
-                "(spans_lost counts them; raise WORKERSCOPE_RING_RECORDS)"]
+            body["notes"] = [protocol.ring_full_note("the job's end")]
+        out.append((protocol.SPANS, body))
     return out
 
 
