@@ -22,7 +22,7 @@ Both write their samples to a file. CPU is user + system, in seconds; "per sampl
 by the samples the monitor took. workerscope's modules are byte-compiled first, as an
 installed package's are (with PYTHONDONTWRITEBYTECODE set, every start would compile them).
 Best of --repeats runs (default 1; they take ~50 s each).
-Target (issue 11): workerscope at most 0.5x psrecord.
+Target: workerscope at most 0.5x psrecord.
 """
 
 from __future__ import annotations

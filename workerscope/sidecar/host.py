@@ -5,7 +5,7 @@ it): /proc/stat and /proc/meminfo every tick; /proc/net/dev (the sidecar's netwo
 /proc/diskstats, /proc/loadavg and the worker's memory cgroup's limit and usage at most once
 a second (`slow_every_ns`) and when asked (a job's edges). Those are counters that lose
 nothing read less often, a one-minute average, a limit and a usage; at a 0.1 s interval they
-were half the host's share of a tick (issue 11). No psutil: it
+were half the host's share of a tick. No psutil: it
 opens each file anew and parses every line into objects, ~0.5 ms a tick where this takes tens
 of microseconds. Values mean what psutil's meant (see docs/METRICS.md).
 

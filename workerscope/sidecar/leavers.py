@@ -1,4 +1,4 @@
-"""Processes that leave the worker's tree, and whether they are still the job's (issue 13).
+"""Processes that leave the worker's tree, and whether they are still the job's.
 
 A process whose parent exits is reparented to init (or to the nearest subreaper): it no longer
 hangs under the tree's root. A daemon does it on purpose (fork, fork again, the middle one

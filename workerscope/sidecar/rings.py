@@ -77,7 +77,7 @@ class Rings:
     def _listing_due(self) -> bool:
         """Whether the directory may hold a ring not listed yet: its mtime moved, or the last
         listing came too soon after it to be sure (file times come from a coarse clock), or
-        it is a second old. A steady drain then lists nothing (issue 11)."""
+        it is a second old. A steady drain then lists nothing."""
         try:
             mtime = os.stat(self.dir).st_mtime_ns
         except OSError:

@@ -97,7 +97,7 @@ class SidecarLink:
         serve: run the sidecar in a thread of this process instead, as serve(its end of the
         pipe), which closes that end when it returns. `workerscope run` and `attach` do: a
         process that only waits for its command has the CPU to spare, and a second
-        interpreter's start-up cost more than all the sampling of a short command (issue 11)."""
+        interpreter's start-up cost more than all the sampling of a short command."""
         ours, theirs = socket.socketpair()
         # Room for bursts of job edges while the sidecar is busy sampling.
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
