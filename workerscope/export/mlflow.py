@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import WorkerscopeError
+from ..errors import MissingExtraError, WorkerscopeError
 from ..timeline import Sample, Timeline
 
 PREFIX = "workerscope/"
@@ -178,7 +178,7 @@ def log_timeline(timeline: Timeline, run_id: str | None = None, client: Any = No
         import mlflow
         from mlflow.entities import Metric
     except ImportError as err:
-        raise WorkerscopeError("MLflow export needs mlflow: pip install 'workerscope[mlflow]'") from err
+        raise MissingExtraError("MLflow export needs mlflow: pip install 'workerscope[mlflow]'") from err
     if client is None:
         client = mlflow.MlflowClient()
     if run_id is None:
