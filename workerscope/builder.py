@@ -62,6 +62,7 @@ _DEATH_INTS = frozenset({"pid", "wait_status", "signal", "exit_status", "oom_kil
                          "last_rss_bytes", "peak_rss_bytes", "last_tree_rss_bytes"})
 _DEATH_FLAGS = frozenset({"core_dumped"})
 MAX_DEATH_TEXT = 1000
+MAX_TRACEBACK = 4096  # characters of a job's traceback kept (the worker sends at most 2 KiB)
 
 
 def _death(value: Any) -> dict[str, Any] | None:
@@ -426,9 +427,11 @@ class TimelineBuilder:
         end = self._wall(wid, b["t"])
         status = protocol.status_of(b.get("status", Status.OK), protocol.JOB_END_STATUSES)
         error = _opt(b.get("error"), str)
+        tb = _opt(b.get("traceback"), str)
         job = self._open_jobs.pop(key)
         if self.keep:
-            _append_job(self.t, wid, job, end, status, error, stats, death)
+            _append_job(self.t, wid, job, end, status, error, stats, death,
+                        None if tb is None else tb[:MAX_TRACEBACK])
 
     def _on_sample(self, wid: str, b: dict[str, Any]) -> None:
         if not self.keep:
@@ -606,14 +609,18 @@ def _shift(t: Timeline, offsets: dict[str, int]) -> None:
 
 def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, status: Status,
                 error: Any, stats: dict[str, float] | None = None,
-                death: dict[str, Any] | None = None) -> None:
-    """A job is a Job record and also the outermost span of its worker's spans."""
+                death: dict[str, Any] | None = None, tb: str | None = None) -> None:
+    """A job is a Job record and also the outermost span of its worker's spans (whose attrs
+    hold the traceback of what the job raised, as a span's do)."""
     err = None if error is None else str(error)
     t.jobs.append(Job(wid, job["id"], job["name"], job["start"], end, status, err, job["pid"],
                       job["tid"], stats, death))
+    attrs: dict[str, Any] = {"status": status, **(stats or {})}
+    if tb:
+        attrs["traceback"] = tb
     t.spans.append(Span(wid, job["id"], job["id"], None, job["name"], job["start"],
                         end if end is not None else job["start"], job["pid"],
-                        job["tid"] or job["pid"], {"status": status, **(stats or {})},
+                        job["tid"] or job["pid"], attrs,
                         None if status in (Status.OK, Status.RUNNING) else (err or status), "job"))
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
 
 import msgpack
@@ -162,7 +162,8 @@ class JobEndBody(TypedDict):
     job: int
     t: int
     status: str  # one of JOB_END_STATUSES
-    error: str | None
+    error: str | None  # "Type: message" of what the job raised, or how its worker died
+    traceback: NotRequired[str]  # of what it raised, bounded (recorder.MAX_TRACEBACK)
     death: NotRequired[dict[str, Any]]  # how its worker died inside it (sidecar/death.py)
     stats: NotRequired[Metrics]  # a light job's counters
 
@@ -442,7 +443,7 @@ def _unpack(data: bytes, limit: int | None = MAX_FRAME_BYTES, items: int | None 
         raise ProtocolError(f"not a msgpack message: {err}") from err
 
 
-def encode_frame(kind: str, worker: str, seq: int, body: dict[str, Any]) -> bytes:
+def encode_frame(kind: str, worker: str, seq: int, body: Mapping[str, Any]) -> bytes:
     """One driver frame, ready for the socket."""
     return _pack([VERSION, kind, worker, seq, body])
 

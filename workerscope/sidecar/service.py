@@ -16,10 +16,11 @@ import os
 import select
 import socket
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
-from ..config import Config, config_from_dict, public_endpoint
+from ..config import Config, config_from_dict, process_variable, public_endpoint
 from ..errors import ConfigError, ProtocolError, WorkerscopeError
 from ..procfs import boot_id, net_namespace, read_net_dev
 from ..protocol import Status
@@ -113,7 +114,7 @@ class Sidecar:
         self.cost: SelfCost | None = None  # the sidecar's own cost, sent with each sample
         # Test hook: pretend this host's wall clock is off by this much (and that it is
         # another host), to check the driver's clock-offset estimate. Never set in production.
-        self.skew = int(os.environ.get("WORKERSCOPE_TEST_CLOCK_SKEW_NS", "0") or 0)
+        self.skew = int(process_variable("WORKERSCOPE_TEST_CLOCK_SKEW_NS") or 0)
         self.samples = 0
         # The worker's span rings (from its hello), and pipe messages read but not yet handled.
         self.rings: Rings | None = None
@@ -123,7 +124,7 @@ class Sidecar:
         self.pipe_broken = False
 
     # -- frames ------------------------------------------------------------------------------
-    def emit(self, kind: str, body: dict[str, Any], jobs: list[OpenJob] | None = None) -> bytes:
+    def emit(self, kind: str, body: Mapping[str, Any], jobs: list[OpenJob] | None = None) -> bytes:
         self.seq += 1
         data = protocol.encode_frame(kind, self.worker_id, self.seq, body)
         if self.outbox is not None:
@@ -260,7 +261,7 @@ class Sidecar:
         self.find_net_scope()
         host = socket.gethostname()
         self.worker_id = protocol.worker_id(host, self.target, os.getpid(), self.config.node)
-        hello = {
+        hello: protocol.HelloBody = {
             "node": self.config.node, "host": host, "pid": self.target, "sidecar_pid": os.getpid(),
             "interval": self.config.interval, "anchor": self._anchor(),
             "boot_id": boot_id() + ("-skewed" if self.skew else ""),
@@ -291,12 +292,15 @@ class Sidecar:
                                   int(body.get("t", time.monotonic_ns())))
         self.first_job_pending = False
         first = not self.jobs
+        reset = first and bool(body.get("reset_peak", self.config.reset_peak))
         if body.get("tid") is not None:  # the job's own CPU is its thread's (attribution)
             self.tree.watch_thread(int(body.get("pid", self.target)), int(body["tid"]))
         if first:
             # Per-job peaks in a warm worker: the kernel's high-water marks restart now.
             self.tree.discover()
-            if self.config.reset_peak:
+            # A per-job setting (Config's job settings travel in each job_start): a warm
+            # sidecar's first hello must not decide it for every later job.
+            if reset:
                 self.tree.reset_peaks()
             self.watch.job_started()
         if body.get("record"):
@@ -308,9 +312,10 @@ class Sidecar:
             "anchor": self._anchor(),
         }
         self.emit(protocol.JOB_START, job.start, jobs=[job])
-        if self.sampled_recently():
+        if self.sampled_recently() and not reset:
             # Back-to-back tiny jobs come faster than full samples can be taken: share the
-            # last one rather than fall behind and fill the worker's pipe.
+            # last one rather than fall behind and fill the worker's pipe. Not across a
+            # reset of the peaks: that sample holds the peak the reset just cleared.
             if job.keep and self.last_sample:
                 job.frames.append(self.last_sample)
         else:
@@ -384,15 +389,18 @@ class Sidecar:
         else:
             self.flush_samples()  # readings gathered for samples_per_frame belong to this job
         self.end_job(job, body.get("t", time.monotonic_ns()), str(body.get("status", Status.OK)),
-                     body.get("error"))
+                     body.get("error"), traceback=body.get("traceback"))
         if body.get("reply"):
             self.reply(protocol.TIMELINE, {"job": job.job, "frames": job.frames})
 
     def end_job(self, job: OpenJob, t: int, status: str, error: Any,
-                death: dict[str, Any] | None = None) -> None:
-        body = {"job": job.job, "t": t, "status": status, "error": error}
+                death: dict[str, Any] | None = None, traceback: object = None) -> None:
+        body: protocol.JobEndBody = {"job": job.job, "t": t, "status": status,
+                                     "error": None if error is None else str(error)}
         if death is not None:
             body["death"] = death
+        if isinstance(traceback, str) and traceback:
+            body["traceback"] = traceback
         self.emit(protocol.JOB_END, body, jobs=[job])
         del self.jobs[job.job]
         if job.record is not None:
@@ -537,17 +545,18 @@ class Sidecar:
         if self.outbox is not None:
             # A driver that starts after this sidecar learns from any heartbeat who it is
             # and which jobs are open (driver/late.py).
-            self.emit(protocol.HEARTBEAT, {"t": now, "dropped": self.outbox.dropped,
-                                           "jobs": sorted(self.jobs), "hello": self.hello_body,
-                                           "open": [j.start for j in self.jobs.values()]},
-                      jobs=[])
+            beat: protocol.HeartbeatBody = {
+                "t": now, "dropped": self.outbox.dropped, "jobs": sorted(self.jobs),
+                "hello": self.hello_body, "open": [j.start for j in self.jobs.values()]}
+            self.emit(protocol.HEARTBEAT, beat, jobs=[])
 
     def on_driver(self, frames: list[protocol.Frame]) -> None:
         for frame in frames:
             if frame.kind == protocol.PING:
                 body = frame.body
-                self.emit(protocol.PONG, {"id": body.get("id"), "t0": body.get("t0"),
-                                          "t1": time.time_ns() + self.skew}, jobs=[])
+                pong: protocol.PongBody = {"id": body.get("id"), "t0": body.get("t0"),
+                                           "t1": time.time_ns() + self.skew}
+                self.emit(protocol.PONG, pong, jobs=[])
 
     def handle(self, kind: str, body: dict[str, Any]) -> None:
         if kind != protocol.HELLO and not self.worker_id:
@@ -567,12 +576,12 @@ class Sidecar:
         if not self.worker_id:
             return 1
         self.flush_samples()
-        body = {"t": time.monotonic_ns(), "status": status, "samples": self.samples,
-                "errors": self.errors[-20:], "notes": notes or []}
         if self.outbox is None:
             return 0
-        body["sent"] = self.outbox.sent + 1
-        body["dropped"] = self.outbox.dropped
+        body: protocol.ByeBody = {
+            "t": time.monotonic_ns(), "status": status, "samples": self.samples,
+            "errors": self.errors[-20:], "notes": notes or [], "sent": self.outbox.sent + 1,
+            "dropped": self.outbox.dropped}
         self.emit(protocol.BYE, body, jobs=[])
         # Skipped at once when no driver was ever heard from and a connection failed.
         self.outbox.wait_ack(self.seq, self.config.bye_timeout, on_other=self.on_driver)

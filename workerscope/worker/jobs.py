@@ -143,10 +143,10 @@ class _HeavyJob:
 
     def _end(self, exc: BaseException | None) -> None:
         status = Status.OK if exc is None else Status.ERROR
-        error = None if exc is None else type(exc).__qualname__
+        error, tb = (None, None) if exc is None else spans.describe(exc)
         if self.link is not None:
             try:
-                frames = self.link.job_end(self.job, status, error, self.keep)
+                frames = self.link.job_end(self.job, status, error, self.keep, traceback=tb)
                 if frames is not None:
                     self.frames = frames
                     if self.want_timeline:
@@ -155,7 +155,7 @@ class _HeavyJob:
             except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
                 self.lost = str(err)
                 _warn(f"sidecar lost during the job: {err!r}")
-        self.timeline = self._lost_timeline(status, error)
+        self.timeline = self._lost_timeline(status, error, tb)
         if self.config.out:
             # The sidecar would have written this file; with it gone, the worker does, under
             # the same name ({pid}, {job}, {host} filled in the same way).
@@ -166,7 +166,7 @@ class _HeavyJob:
             except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
                 _warn(f"could not write {path}: {err!r}")
 
-    def _lost_timeline(self, status: Status, error: str | None) -> Timeline:
+    def _lost_timeline(self, status: Status, error: str | None, tb: str | None) -> Timeline:
         """What the worker alone still knows when its sidecar is gone: the job and the spans
         its ring still holds, as the frames a sidecar would have sent, through the builder
         (the one path to a Timeline). The worker is marked sidecar_lost."""
@@ -179,6 +179,8 @@ class _HeavyJob:
                                         "t": self.start_mono, "pid": pid, "tid": tid}
         finish: protocol.JobEndBody = {"job": self.job, "t": end, "status": status,
                                        "error": error}
+        if tb:
+            finish["traceback"] = tb
         bye: protocol.ByeBody = {"t": end, "status": Status.SIDECAR_LOST, "dropped": 0,
                                  "errors": [self.lost or ""]}
         bodies: list[tuple[protocol.FrameKind, protocol.FrameBody]] = [

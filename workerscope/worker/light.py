@@ -366,9 +366,11 @@ class LightJob:
                 os.getpid(), [r for r in records if r.job == self.job], threads, lost_here))
         else:
             frames = []
-        end = {"job": self.job, "t": time.monotonic_ns(),
-               "status": Status.OK if exc is None else Status.ERROR,
-               "error": None if exc is None else type(exc).__qualname__, "stats": self.stats}
+        end: dict[str, Any] = {"job": self.job, "t": time.monotonic_ns(),
+                               "status": Status.OK if exc is None else Status.ERROR,
+                               "error": None, "stats": self.stats}
+        if exc is not None:
+            end["error"], end["traceback"] = recorder.describe(exc)
         self._frames.append((protocol.JOB_END, end))
         if self.sender is not None:
             for kind, body in frames:

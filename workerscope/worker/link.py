@@ -198,13 +198,16 @@ class SidecarLink:
             body["record"] = record
         self._write(protocol.encode_pipe(protocol.JOB_START, body))
 
-    def job_end(self, job: int, status: str, error: str | None, want_timeline: bool) -> list[bytes] | None:
-        """Close the job; with want_timeline, wait for the sidecar's frames of it."""
+    def job_end(self, job: int, status: str, error: str | None, want_timeline: bool,
+                traceback: str | None = None) -> list[bytes] | None:
+        """Close the job; with want_timeline, wait for the sidecar's frames of it. error:
+        "Type: message" of what it raised, and traceback its (bounded) traceback."""
         # The sidecar reads the rings before it ends the job: its spans precede its end.
-        self._write(protocol.encode_pipe(protocol.JOB_END, {
-            "job": job, "t": time.monotonic_ns(), "status": status, "error": error,
-            "reply": want_timeline,
-        }))
+        body: dict[str, Any] = {"job": job, "t": time.monotonic_ns(), "status": status,
+                                "error": error, "reply": want_timeline}
+        if traceback:
+            body["traceback"] = traceback
+        self._write(protocol.encode_pipe(protocol.JOB_END, body))
         if not want_timeline:
             return None
         reply = self._wait_for(protocol.TIMELINE, REPLY_TIMEOUT, job=job)
