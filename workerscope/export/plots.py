@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import WorkerscopeError
+from ..errors import MissingExtraError
 from ..timeline import Span, Timeline
 from ..units import binary_scale, short_worker
 from .attribution import DIED
@@ -139,7 +139,7 @@ def figure(t: Timeline) -> Any:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as err:
-        raise WorkerscopeError(
+        raise MissingExtraError(
             "PNG plots need matplotlib: pip install 'workerscope[plots]'") from err
     origin = t.start_ns or 0
     workers = sorted(t.workers)
