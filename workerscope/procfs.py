@@ -18,7 +18,6 @@ class Stat(NamedTuple):
 
     comm: bytes  # 2, without its parentheses: may hold anything, spaces and ")" included
     state: bytes  # 3: b"R", b"S", b"Z", ...
-    ppid: int  # 4
     utime: int  # 14-17: CPU times in clock ticks; cutime and cstime are the reaped
     stime: int  # children's, which the kernel adds to their parent's
     cutime: int
@@ -47,13 +46,15 @@ def parse_stat(data: bytes) -> Stat | None:
     start = data.find(b"(")
     if start < 0 or end < start:
         return None
-    f = data[end + 2:].split(None, 22)
+    # One space between fields, as the kernel writes them: a split on it costs a third less
+    # than on any whitespace (the last field kept, ends with a newline, which int() takes).
+    f = data[end + 2:].split(b" ", 22)
     if len(f) < 22:
         return None
     try:
         # The hot path of every tick: a tuple made in one go, no keyword matching.
-        return _new(Stat, (data[start + 1:end], f[0], int(f[1]), int(f[11]), int(f[12]),
-                           int(f[13]), int(f[14]), int(f[17]), int(f[19]), int(f[20]), int(f[21])))
+        return _new(Stat, (data[start + 1:end], f[0], int(f[11]), int(f[12]), int(f[13]),
+                           int(f[14]), int(f[17]), int(f[19]), int(f[20]), int(f[21])))
     except ValueError:
         return None
 
@@ -64,14 +65,13 @@ _IO_NAMES = (b"rchar:", b"wchar:", b"read_bytes:", b"write_bytes:")
 def parse_io(data: bytes) -> Io:
     """The character and storage IO of a /proc/PID/io text, by field name."""
     v = data.split()
-    # Every kernel since 2.6.20 writes them at these places: checked by name, and looked up by
-    # name where they are not (a lookup of all would double the cost of the tick's io).
-    if (len(v) >= 12 and v[0] == b"rchar:" and v[2] == b"wchar:" and v[8] == b"read_bytes:"
-            and v[10] == b"write_bytes:"):
-        try:
+    try:
+        # Every kernel since 2.6.20 writes them in this order: checked by one name, and looked
+        # up by name where it is not (a lookup of all costs ~40% more, and this is every tick's).
+        if v[8] == b"read_bytes:":
             return _new(Io, (int(v[1]), int(v[3]), int(v[9]), int(v[11])))
-        except ValueError:
-            pass
+    except (IndexError, ValueError):
+        pass
     named = dict(zip(v[::2], v[1::2], strict=False))
 
     def get(key: bytes) -> int | None:

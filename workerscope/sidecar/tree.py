@@ -669,6 +669,40 @@ class ProcessTree:
         """One reading of every member and of the tree. Values that can't be read are absent;
         status, fd and USS values only in the samples that read them (the tiers above).
         full: read every tier now (a job's edges)."""
+        slow, uss = self._tiers(now_ns, full)
+        # A member read in full at every tier change; between them, a quiet one is not.
+        quiet_ok = self.skip_quiet and not (slow or uss)
+        totals = TreeTotals(self.carried_user, self.carried_system)
+        procs: list[list[Any]] = []
+        add, append, whole, quiet = totals.add, procs.append, self._read_whole, self._read_quiet
+        vanished, pread = self._vanished, os.pread
+        # The hot loop of the sidecar: one pread of stat and one of io per member, the fields
+        # wanted and nothing else, or one of schedstat (see benchmarks/bench_sampler.py).
+        for pid, m in self.members.items():
+            ran = b""
+            values = None
+            if m.nthreads == 1 and m.sched_fd >= 0:
+                try:
+                    ran = pread(m.sched_fd, 128, 0)
+                except _GONE:
+                    vanished.append(pid)
+                    continue
+                except OSError:
+                    ran = b""
+                if quiet_ok:
+                    values = quiet(m, now_ns, ran)
+            if values is None:
+                values = whole(pid, m, now_ns, ran)
+            if values is not None:
+                add(m.reading)
+                append([pid, values])
+        self._vanished = []
+        for pid in vanished:
+            self._retire(pid)
+        return self._tree_values(totals, slow, uss, now_ns), procs
+
+    def _tiers(self, now_ns: int, full: bool) -> tuple[bool, bool]:
+        """Whether this read() is one of the slow tier, and one of the USS tier."""
         slow = self._slow_now = (full or self._slow_t is None
                                  or now_ns - self._slow_t >= self.slow_every_ns)
         if slow:
@@ -676,50 +710,24 @@ class ProcessTree:
         uss = self._uss_now = self._uss_t is None or now_ns - self._uss_t >= self.uss_every_ns
         if uss:
             self._uss_t = now_ns
-        # A member read in full at every tier change; between them, a quiet one is not.
-        quiet_ok = self.skip_quiet and not (slow or uss)
-        totals = TreeTotals(self.carried_user, self.carried_system)
-        procs: list[list[Any]] = []
-        add, append, whole, quiet = totals.add, procs.append, self._read_whole, self._read_quiet
-        # The hot loop of the sidecar: one pread of stat and one of io per member, the fields
-        # wanted and nothing else, or one of schedstat (see benchmarks/bench_sampler.py).
-        for pid, m in self.members.items():
-            if m.nthreads == 1 and m.sched_fd >= 0:
-                values = quiet(pid, m, now_ns, quiet_ok)
-            else:
-                m.quiet = False
-                values = whole(pid, m, now_ns, b"")
-            if values is not None:
-                add(m.reading)
-                append([pid, values])
-        vanished, self._vanished = self._vanished, []
-        for pid in vanished:
-            self._retire(pid)
-        return self._tree_values(totals, slow, uss, now_ns), procs
+        return slow, uss
 
-    def _read_quiet(self, pid: int, m: Member, now_ns: int, quiet_ok: bool) -> dict[str, float] | None:
-        """A single-threaded member whose schedstat is held. One that has not run since its
-        last reading (its run time and timeslices in schedstat, the same thread's, have not
-        moved) has the same CPU times, io counters and threads: its last reading stands, for
-        one small pread instead of stat and io. Its RSS can still move without it (reclaim;
-        another process writing its memory; huge pages collapsed), which the next slow tier
-        reads. One that ran is read whole."""
-        try:
-            ran = os.pread(m.sched_fd, 128, 0)
-        except _GONE:
-            self._vanished.append(pid)
-            return None
-        except OSError:
-            ran = b""
+    def _read_quiet(self, m: Member, now_ns: int, ran: bytes) -> dict[str, float] | None:
+        """The values of a single-threaded member that has not run since its last reading (its
+        run time and timeslices in schedstat, `ran`, the same thread's, have not moved); None
+        if it has. Its CPU times, io counters and threads are the same then: its last reading
+        stands, for one small pread instead of stat and io. Its RSS can still move without it
+        (reclaim; another process writing its memory; huge pages collapsed), which the next
+        slow tier reads."""
         # Asleep when last read: a running task's run time moves only at the scheduler's
         # ticks, but one woken since was scheduled in, which counts a timeslice at once. Not a
         # zombie (a leader that exited before its other threads reads so), and a run time
         # that moves at all (b"0 0 0" where the kernel keeps none).
         last = m.tick
-        m.quiet = (quiet_ok and m.asleep and ran == m.ran and last is not None
-                   and not m.zombie and not ran.startswith(b"0 "))
+        m.quiet = (m.asleep and ran == m.ran and last is not None and not m.zombie
+                   and not ran.startswith(b"0 "))
         if not m.quiet or last is None:
-            return self._read_whole(pid, m, now_ns, ran)
+            return None
         values = last.copy()
         own = values["cpu_user_s"] + values["cpu_system_s"]
         t = m.t
@@ -765,9 +773,17 @@ class ProcessTree:
         tick = _TICK
         user, system, rss = st.utime / tick, st.stime / tick, st.rss * _PAGE
         m.nthreads = nthreads = st.num_threads
-        values: dict[str, float] = {"cpu_user_s": user, "cpu_system_s": system,
-                                    "rss_bytes": rss, "num_threads": nthreads}
-        rc, wc, rb, wb = self._read_io(pid, m, values)
+        io = self._read_io(pid, m)
+        rc, wc, rb, wb = io
+        values: dict[str, float]
+        if rc is not None and wc is not None and rb is not None and wb is not None:
+            values = {"cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
+                      "num_threads": nthreads, "read_chars": rc, "write_chars": wc,
+                      "read_bytes": rb, "write_bytes": wb}
+        else:  # unreadable, or a kernel without some of them (no task IO accounting)
+            values = {"cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
+                      "num_threads": nthreads}
+            values.update({k: v for k, v in zip(IO_COUNTERS, io, strict=True) if v is not None})
         if nthreads == 1:
             if m.sched_fd == -1:  # read from the next tick on: this one is done
                 self._hold_schedstat(pid, m)
@@ -780,7 +796,11 @@ class ProcessTree:
         elif now_ns - t >= self.min_rate_ns:
             values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - t) / 1e9) * 100.0
             m.own_cpu, m.t = own, now_ns
-        uss = self._read_tiers(pid, m, values)
+        if (self._slow_now or self._uss_now or m.fresh
+                or (_HAVE_CHILDREN_FILE and nthreads != m.threads_seen)):
+            uss = self._read_tiers(pid, m, values)
+        else:
+            uss = _NO_USS
         hwm = m.hwm
         m.mapped = st.vsize != 0
         if m.mapped:  # vsize: the memory is still mapped (not a zombie, not dying)
@@ -795,10 +815,9 @@ class ProcessTree:
             uss[0], uss[1]))
         return values
 
-    def _read_io(self, pid: int, m: Member, values: dict[str, float]) -> tuple[
-            int | None, int | None, int | None, int | None]:
-        """The member's /proc/PID/io now, into values too (and kept, for when it leaves);
-        each None where unreadable or not on this kernel."""
+    def _read_io(self, pid: int, m: Member) -> procfs.Io | tuple[None, None, None, None]:
+        """The member's /proc/PID/io now (and kept, for when it leaves); each value None
+        where unreadable or not on this kernel."""
         fd = m.io_fd
         if fd < -1:
             return _NO_IO
@@ -813,12 +832,6 @@ class ProcessTree:
         if not data:
             return _NO_IO  # it died between its stat and its io
         io = m.io = parse_io(data)
-        rc, wc, rb, wb = io
-        if rc is not None and wc is not None and rb is not None and wb is not None:
-            values["read_chars"], values["write_chars"] = rc, wc
-            values["read_bytes"], values["write_bytes"] = rb, wb
-        else:  # a kernel without some of them (no task IO accounting)
-            values.update({k: v for k, v in zip(IO_COUNTERS, io, strict=True) if v is not None})
         return io
 
     def _read_tiers(self, pid: int, m: Member, values: dict[str, float]) -> tuple[float | None, float | None]:
