@@ -958,74 +958,87 @@ class ProcessTree:
         read for the first time that started since the previous call has a fourth item, its
         start (monotonic ns): its CPU was 0 then, which a span begun with the thread needs (it
         is read up to a tick late)."""
-        top = self.members.get(self.all_threads_of) if self.all_threads_of is not None else None
-        if top is not None and (self._slow_t == now_ns or top.nthreads != self._all_seen):
-            # A new thread is watched from the tick it is seen: its first reading is near 0.
-            self._all_seen = top.nthreads
-            self._watch_all(self.all_threads_of or 0, top)
-        if self.wanted:
-            later: set[tuple[int, int]] = set()
-            for pid, tid in self.wanted:
-                if pid not in self.members:
-                    # Not in the tree (yet: a child whose ring came first; or never: the CLI's
-                    # own thread under `run`), so not ours to read now.
-                    if len(later) < 1024:
-                        later.add((pid, tid))
-                    continue
-                try:
-                    fd = self._hold(f"/proc/{pid}/task/{tid}/stat")
-                except OSError:
-                    continue  # the thread ended before we looked
-                self.threads[(pid, tid)] = Thread(fd)
-            self.wanted = later
+        self._open_watched(now_ns)
         rows: list[list[Any]] = []
         ended = []
-        tick = _TICK
         since, self._threads_t = self._threads_t, now_ns
         if since is not None and now_ns - since > 2 * self.interval_ns + 100_000_000:
             since = None  # no sample since the last job's: a thread born meanwhile is not new
         members = self.members
-        values: dict[str, float]
         for key, th in self.threads.items():
             m = members.get(key[0])
-            last = th.tick
-            if last is not None and key[0] == key[1] and m is not None and m.quiet:
+            if th.tick is not None and key[0] == key[1] and m is not None and m.quiet:
                 # The only thread of a process that has not run since read() last read it.
-                values = last.copy()
-                own = values["cpu_user_s"] + values["cpu_system_s"]
-                if th.t is not None and now_ns - th.t >= self.min_rate_ns:
-                    values["cpu_percent"] = (own - (th.own_cpu or 0.0)) / ((now_ns - th.t) / 1e9) * 100.0
-                    th.own_cpu, th.t = own, now_ns
-                rows.append([key[0], key[1], values])
+                rows.append([key[0], key[1], self._thread_rate(th, th.tick.copy(), now_ns)])
                 continue
             try:
                 data = (os.pread(th.fd, _CHUNK, 0) if th.fd >= 0
                         else _read_path(f"/proc/{key[0]}/task/{key[1]}/stat"))
             except OSError:
                 data = b""
-            if not data:
+            st = parse_stat(data)
+            if st is None:
                 ended.append(key)
                 continue
-            f = data[data.rindex(b")") + 2:].split()
-            user, system = int(f[11]) / tick, int(f[12]) / tick
-            values = {"cpu_user_s": user, "cpu_system_s": system}
+            values = {"cpu_user_s": st.utime / _TICK, "cpu_system_s": st.stime / _TICK}
             th.tick = values.copy()
-            own = user + system
-            if th.own_cpu is None or th.t is None:
-                th.own_cpu, th.t = own, now_ns
-                # Start times count 10 ms clock ticks (rounded down): one that falls within a
-                # tick before the previous reading is a thread born after it, near enough.
-                start = _boot_ticks_to_monotonic_ns(int(f[19]))
-                if since is not None and since - 1_000_000_000 // tick < start <= now_ns:
-                    rows.append([key[0], key[1], values, max(start, since + 1)])
-                    continue
-            elif now_ns - th.t >= self.min_rate_ns:
-                values["cpu_percent"] = (own - th.own_cpu) / ((now_ns - th.t) / 1e9) * 100.0
-                th.own_cpu, th.t = own, now_ns
-            rows.append([key[0], key[1], values])
+            start = self._thread_start(th, st, values, since, now_ns)
+            rows.append([key[0], key[1], values] if start is None
+                        else [key[0], key[1], values, start])
         for key in ended:
             _close(self.threads.pop(key).fd)
         return rows
+
+    def _open_watched(self, now_ns: int) -> None:
+        """Hold the stat files of the threads to watch that are not held yet: all of the
+        target's (while it has few), and those named through watch_thread."""
+        top = self.members.get(self.all_threads_of) if self.all_threads_of is not None else None
+        if top is not None and (self._slow_t == now_ns or top.nthreads != self._all_seen):
+            # A new thread is watched from the tick it is seen: its first reading is near 0.
+            self._all_seen = top.nthreads
+            self._watch_all(self.all_threads_of or 0, top)
+        if not self.wanted:
+            return
+        later: set[tuple[int, int]] = set()
+        for pid, tid in self.wanted:
+            if pid not in self.members:
+                # Not in the tree (yet: a child whose ring came first; or never: the CLI's
+                # own thread under `run`), so not ours to read now.
+                if len(later) < 1024:
+                    later.add((pid, tid))
+                continue
+            try:
+                fd = self._hold(f"/proc/{pid}/task/{tid}/stat")
+            except OSError:
+                continue  # the thread ended before we looked
+            self.threads[(pid, tid)] = Thread(fd)
+        self.wanted = later
+
+    def _thread_rate(self, th: Thread, values: dict[str, float], now_ns: int) -> dict[str, float]:
+        """values with the thread's cpu_percent since its last rate, where that was long
+        enough ago (and that rate's start moved to now)."""
+        own = values["cpu_user_s"] + values["cpu_system_s"]
+        if th.own_cpu is None or th.t is None:
+            th.own_cpu, th.t = own, now_ns
+        elif now_ns - th.t >= self.min_rate_ns:
+            values["cpu_percent"] = (own - th.own_cpu) / ((now_ns - th.t) / 1e9) * 100.0
+            th.own_cpu, th.t = own, now_ns
+        return values
+
+    def _thread_start(self, th: Thread, st: procfs.Stat, values: dict[str, float],
+                      since: int | None, now_ns: int) -> int | None:
+        """The start (monotonic ns) of a thread read for the first time that started since
+        the previous read_threads, else None; its rate (or its rate's start) into values."""
+        if th.own_cpu is None or th.t is None:
+            th.own_cpu, th.t = values["cpu_user_s"] + values["cpu_system_s"], now_ns
+            # Start times count 10 ms clock ticks (rounded down): one that falls within a
+            # tick before the previous reading is a thread born after it, near enough.
+            start = _boot_ticks_to_monotonic_ns(st.starttime)
+            if since is not None and since - 1_000_000_000 // _TICK < start <= now_ns:
+                return max(start, since + 1)
+            return None
+        self._thread_rate(th, values, now_ns)
+        return None
 
     def _watch_all(self, pid: int, m: Member) -> None:
         tids = list(m.children) if m.children else None
