@@ -25,6 +25,7 @@ from ..errors import ConfigError, ProtocolError, WorkerscopeError
 from ..procfs import boot_id, net_namespace, read_net_dev
 from ..protocol import Status
 from .aggregate import Aggregator
+from .deadlines import Cadences, Deadlines, cadences
 from .death import DeathWatch
 from .gpu import GpuSampler
 from .host import HostSampler
@@ -85,7 +86,11 @@ class Sidecar:
         self.sock = sock
         self.target = target
         self.config = Config()
-        self.interval_ns = int(self.config.interval * 1e9)
+        self.cadences: Cadences = cadences(self.config.interval)
+        self.interval_ns = self.cadences.interval_ns
+        # The loop's timers: "tick" (a sample, while a job is open), "heartbeat", "drain" (the
+        # span rings) and "net" (a look for the target's own network namespace).
+        self.deadlines = Deadlines()
         self.reader = protocol.PipeReader()
         self.aggregator = Aggregator(1)
         self.errors: list[str] = []
@@ -103,14 +108,11 @@ class Sidecar:
         self.hello = b""
         self.hello_body: dict[str, Any] = {}  # in every heartbeat too, for a driver that starts late
         self.worker_id = ""
-        self.next_tick = 0
-        self.next_heartbeat = 0
         self.last_sample_ns = 0
         self.last_sample = b""
         self.last_sample_edge = False
         self.last_sample_cost_ns = 0
         self.last_sample_cpu_ns: int | None = None
-        self.next_net_look = 0  # when to look again whether the target has a network namespace
         self.cost: SelfCost | None = None  # the sidecar's own cost, sent with each sample
         # Test hook: pretend this host's wall clock is off by this much (and that it is
         # another host), to check the driver's clock-offset estimate. Never set in production.
@@ -118,7 +120,6 @@ class Sidecar:
         self.samples = 0
         # The worker's span rings (from its hello), and pipe messages read but not yet handled.
         self.rings: Rings | None = None
-        self.next_drain = 0
         self.first_job_pending = True
         self.pending: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
         self.pipe_broken = False
@@ -152,15 +153,7 @@ class Sidecar:
             self.tree.renamed = []
         threads = self.tree.read_threads(now)
         self.watch.tick(tree, procs)
-        if self.net_scope == "host" and (new or edge or now >= self.next_net_look):
-            # The target may enter a network namespace of its own after the hello (`unshare
-            # -n CMD` does as it starts, and `run` says hello at once): look again when the
-            # tree changed (an exec renames), at job edges, and once a second (~50 us a look).
-            # (half an interval early: a tick a hair before the second still looks)
-            self.next_net_look = now + 1_000_000_000 - self.interval_ns // 2
-            self.find_net_scope()
-        if self.net_scope == "namespace":
-            tree.update(read_net_dev(self.target) or {})
+        self.read_net(tree, now, bool(new) or edge)
         body: dict[str, Any] = {"t": now, "tree": tree, "procs": procs,
                                 "host": self.host.read(now, full=edge)}
         if threads:
@@ -169,18 +162,9 @@ class Sidecar:
             self.gpu = GpuSampler()  # here, not at start-up: NVML's init can take a while
             now = time.monotonic_ns()  # and not counted in what a sample costs
             cpu = time.thread_time_ns()
-        if self.gpu.available:
-            gpus, per_pid = self.gpu.read(set(self.tree.members), now)
-            body["gpus"] = gpus
-            for pid, values in procs:
-                values.update(per_pid.get(pid, {}))
-            if self.gpu.sees_processes or per_pid:
-                for key in ("gpu_mem_bytes", "gpu_util_percent"):
-                    tree[key] = sum(v.get(key, 0) for v in per_pid.values())
-        notes = self.tree.take_notes() + self.gpu.take_notes() + [
-            f"host: {k}: {v}" for k, v in self.host.errors.items() if f"host: {k}: {v}" not in self.noted]
+        self.read_gpus(self.gpu, body, now)
+        notes = self.take_notes(self.gpu)
         if notes:
-            self.noted.update(notes)
             body["notes"] = notes
         if self.cost is not None:
             body["sidecar"] = self.cost.read(now, self.last_sample_cpu_ns)
@@ -188,6 +172,42 @@ class Sidecar:
             body["new"] = [list(n) for n in new]
         if gone:
             body["gone"] = gone
+        self.send_sample(body, flush, edge, now)
+        self.last_sample_cpu_ns = time.thread_time_ns() - cpu
+
+    def read_net(self, tree: dict[str, Any], now: int, changed: bool) -> None:
+        """The tree's network counters, where it has a network namespace of its own."""
+        if self.net_scope == "host" and (changed or self.deadlines.due("net", now)):
+            # The target may enter a network namespace of its own after the hello (`unshare
+            # -n CMD` does as it starts, and `run` says hello at once): look again when the
+            # tree changed (an exec renames), at job edges, and once a second (~50 us a look).
+            self.deadlines.set("net", now + self.cadences.net_look_ns)
+            self.find_net_scope()
+        if self.net_scope == "namespace":
+            tree.update(read_net_dev(self.target) or {})
+
+    def read_gpus(self, gpu: GpuSampler, body: dict[str, Any], now: int) -> None:
+        """The GPUs, and each member's use of them, into a sample's body."""
+        if not gpu.available:
+            return
+        tree, procs = body["tree"], body["procs"]
+        gpus, per_pid = gpu.read(set(self.tree.members), now)
+        body["gpus"] = gpus
+        for pid, values in procs:
+            values.update(per_pid.get(pid, {}))
+        if gpu.sees_processes or per_pid:
+            for key in ("gpu_mem_bytes", "gpu_util_percent"):
+                tree[key] = sum(v.get(key, 0) for v in per_pid.values())
+
+    def take_notes(self, gpu: GpuSampler) -> list[str]:
+        """What the tree, the GPUs and the host have to say since the last sample, once each."""
+        notes = self.tree.take_notes() + gpu.take_notes() + [
+            f"host: {k}: {v}" for k, v in self.host.errors.items() if f"host: {k}: {v}" not in self.noted]
+        self.noted.update(notes)
+        return notes
+
+    def send_sample(self, body: dict[str, Any], flush: bool, edge: bool, now: int) -> None:
+        """Aggregate a sample's body; send a frame when one is full (or flush)."""
         self.samples += 1
         frame = self.aggregator.add(body)
         if frame is None and flush:
@@ -197,7 +217,6 @@ class Sidecar:
         self.last_sample_ns = now
         self.last_sample_edge = edge
         self.last_sample_cost_ns = time.monotonic_ns() - now
-        self.last_sample_cpu_ns = time.thread_time_ns() - cpu
 
     def flush_samples(self) -> None:
         frame = self.aggregator.flush()
@@ -209,14 +228,15 @@ class Sidecar:
         that sample was itself a job edge's, taken less than four sample-costs ago. Jobs of a
         millisecond then cost the sidecar a fraction of a core instead of overrunning it, and
         a job's end after a regular tick always gets its own final sample."""
-        gap = min(max(4 * self.last_sample_cost_ns, 1_000_000), self.interval_ns // 5)
+        gap = min(max(4 * self.last_sample_cost_ns, 1_000_000), self.cadences.share_max_ns)
         return self.last_sample_edge and time.monotonic_ns() - self.last_sample_ns < gap
 
     # -- pipe messages -----------------------------------------------------------------------
     def configure(self, config: Config) -> None:
         """Take the worker's settings (from its hello): interval, driver, aggregation."""
         self.config = config
-        self.interval_ns = int(config.interval * 1e9)
+        self.cadences = cadences(config.interval)
+        self.interval_ns = self.cadences.interval_ns
         self.aggregator = Aggregator(config.samples_per_frame)
         if config.endpoint:
             # Imported here: a sidecar with no driver to send to never loads pyzmq (~20 ms).
@@ -241,15 +261,12 @@ class Sidecar:
             # A hello from this package's own worker always validates; keep the defaults
             # rather than leave the worker without its sidecar.
             self.errors.append(f"bad settings in hello: {err}")
-        # every regular tick gets a rate; edge samples closer than that (or 50 ms) to the
-        # last rate wait for the next one
-        min_rate_ns = int(min(0.05, 0.5 * self.config.interval) * 1e9)
+        every = self.cadences
         self.tree = ProcessTree(self.target, exclude=frozenset({os.getpid()}),
-                                uss_every_ns=int(max(self.config.interval, 10.0) * 1e9),
-                                min_rate_ns=min_rate_ns, interval_ns=self.interval_ns,
-                                all_threads_of=self.target)
+                                uss_every_ns=every.uss_every_ns, min_rate_ns=every.min_rate_ns,
+                                interval_ns=every.interval_ns, all_threads_of=self.target)
         self.host = HostSampler(self.target)
-        self.cost = SelfCost(min_rate_ns)
+        self.cost = SelfCost(every.min_rate_ns)
         # EOF on the pipe is the death of the process that holds its other end (the worker;
         # under `run` and `attach`, the CLI), not necessarily of the target.
         self.watch = DeathWatch(int(body.get("pid") or self.target))
@@ -320,10 +337,10 @@ class Sidecar:
                 job.frames.append(self.last_sample)
         else:
             self.sample(every_name=True, flush=True, edge=True)
-        if first and self.next_tick < time.monotonic_ns():
+        if first and self.deadlines.at("tick") < time.monotonic_ns():
             # Keep the grid of a previous job if it is still ahead: back-to-back jobs shorter
             # than the interval would otherwise restart it each time and never see a tick.
-            self.next_tick = time.monotonic_ns() + self.interval_ns
+            self.deadlines.set("tick", time.monotonic_ns() + self.interval_ns)
 
     def drain_rings(self, final: bool = False, now: int | None = None) -> None:
         """Send what the span rings hold as spans/mark frames, each to its job. The counters
@@ -479,57 +496,70 @@ class Sidecar:
                 return True
             if self.pipe_broken:
                 return False
-            now = time.monotonic_ns()
-            # Heartbeats are for a driver: without one they need no wake-up of their own.
-            wake = self.next_heartbeat if self.outbox is not None else now + IDLE_WAIT_NS
-            if self.jobs:
-                wake = min(wake, self.next_tick)
-            if self.rings is not None and not (self.jobs and self.rings.idle
-                                               and self.interval_ns <= IDLE_DRAIN_NS):
-                wake = min(wake, self.next_drain)  # else the next tick looks for a ring
-            timeout_ms = max(0, (wake - now) // 1_000_000) + 1
+            timeout_ms = self.poll_timeout(time.monotonic_ns())
             if not self.worker_id:
                 if time.monotonic() - started > HELLO_TIMEOUT:
                     return False  # no hello: nobody to serve
                 timeout_ms = 100
             ready = dict(poller.poll(timeout_ms))
             if self.sock.fileno() in ready:
-                try:
-                    chunk = self.sock.recv(1 << 20)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    return False
-                try:
-                    messages = self.reader.feed(chunk)
-                except ProtocolError as err:
-                    self.errors.append(f"bad pipe message: {err}")
-                    return False
-                self.pending.extend(messages)
-                if self.serve_pending():
-                    return True
+                closed = self.read_pipe()
+                if closed is not None:
+                    return closed
             if self.outbox is not None:
                 # ZeroMQ's descriptor only signals that something changed: read all there is.
                 self.on_driver(self.outbox.receive())
+            self.run_timers()
+
+    def poll_timeout(self, now: int) -> int:
+        """How long the loop may wait (ms) before a timer is due."""
+        # Heartbeats are for a driver: without one they need no wake-up of their own.
+        names = ["heartbeat"] if self.outbox is not None else []
+        if self.jobs:
+            names.append("tick")
+        if self.rings is not None and not (self.jobs and self.rings.idle
+                                           and self.interval_ns <= IDLE_DRAIN_NS):
+            names.append("drain")  # else the next tick looks for a ring
+        wake = self.deadlines.next_wake(names, now + IDLE_WAIT_NS)
+        return max(0, (wake - now) // 1_000_000) + 1
+
+    def read_pipe(self) -> bool | None:
+        """Read what the worker sent and handle it: True at its close, False at EOF or a bad
+        message, None to go on."""
+        try:
+            chunk = self.sock.recv(1 << 20)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            return False
+        try:
+            messages = self.reader.feed(chunk)
+        except ProtocolError as err:
+            self.errors.append(f"bad pipe message: {err}")
+            return False
+        self.pending.extend(messages)
+        return True if self.serve_pending() else None
+
+    def run_timers(self) -> None:
+        """The heartbeat, the tick and the ring drain, each if due."""
+        deadlines = self.deadlines
+        now = time.monotonic_ns()
+        if self.worker_id and deadlines.due("heartbeat", now):
+            self.heartbeat(now)
+        if self.jobs and deadlines.due("tick", now):
+            self.sample()
+            # Tick on a fixed grid; if a sample overran whole intervals, skip them.
             now = time.monotonic_ns()
-            if self.worker_id and now >= self.next_heartbeat:
-                self.heartbeat(now)
-            if self.jobs and now >= self.next_tick:
-                self.sample()
-                # Tick on a fixed grid; if a sample overran whole intervals, skip them.
-                now = time.monotonic_ns()
-                self.next_tick += self.interval_ns
-                if self.next_tick <= now:
-                    self.next_tick += ((now - self.next_tick) // self.interval_ns + 1) * self.interval_ns
-            if self.rings is not None and now >= self.next_drain:
-                self.drain_rings()
-                # While no process records spans (`run` of a command that is not Python),
-                # looking for a first ring 4 times a second, at a tick when ticks are that
-                # frequent, spares the wake-ups in between.
-                idle = self.rings is not None and self.rings.idle
-                self.next_drain = time.monotonic_ns() + (
-                    (IDLE_DRAIN_NS if idle else DRAIN_NS) if self.jobs
-                    else int(protocol.HEARTBEAT_S * 1e9))
+            deadlines.advance("tick", self.interval_ns, now)
+        if self.rings is not None and deadlines.due("drain", now):
+            self.drain_rings()
+            # While no process records spans (`run` of a command that is not Python),
+            # looking for a first ring 4 times a second, at a tick when ticks are that
+            # frequent, spares the wake-ups in between.
+            idle = self.rings is not None and self.rings.idle
+            deadlines.set("drain", time.monotonic_ns() + (
+                (IDLE_DRAIN_NS if idle else DRAIN_NS) if self.jobs
+                else int(protocol.HEARTBEAT_S * 1e9)))
 
     def serve_pending(self) -> bool:
         """Handle the pipe messages read so far, in order; True at the worker's close."""
@@ -541,7 +571,7 @@ class Sidecar:
         return False
 
     def heartbeat(self, now: int) -> None:
-        self.next_heartbeat = now + int(protocol.HEARTBEAT_S * 1e9)
+        self.deadlines.set("heartbeat", now + int(protocol.HEARTBEAT_S * 1e9))
         if self.outbox is not None:
             # A driver that starts after this sidecar learns from any heartbeat who it is
             # and which jobs are open (driver/late.py).
