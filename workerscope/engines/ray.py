@@ -14,6 +14,7 @@ come from the workers' environment: `ray.init(runtime_env={"env_vars":
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,8 @@ _OURS = tuple(s.name for s in SETTINGS)
 def profiled_remote(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """`ray.remote` over `profiled`: bare (`@profiled_remote`, settings from the workers'
     WORKERSCOPE_* variables, heavy mode unless they say otherwise) or called with profiled's
-    options and ray.remote's together. Functions only: an actor's methods are not jobs."""
+    options and ray.remote's together. On a function, each call of the task is a job; on a
+    class, an actor, each call of one of its public methods a job named after the method."""
     ours = {k: options.pop(k) for k in _OURS if k in options}
     ours.setdefault("mode", "heavy")
     if fn is None:
@@ -38,5 +40,24 @@ def profiled_remote(fn: Callable[..., Any] | None = None, /, **options: Any) -> 
 
 
 def _remote(fn: Callable[..., Any], ours: dict[str, Any], theirs: dict[str, Any]) -> Any:
-    job = profiled(fn, **ours)
+    job = _actor(fn, ours) if inspect.isclass(fn) else profiled(fn, **ours)
     return ray.remote(**theirs)(job) if theirs else ray.remote(job)
+
+
+def _actor(cls: type, ours: dict[str, Any]) -> type:
+    """A subclass of cls whose public methods (its own and inherited ones, not dunders) run
+    as profiled jobs. Ray makes the actor of it as it would of cls."""
+    methods = {}
+    for name in dir(cls):
+        if name.startswith("_"):
+            continue
+        attr = inspect.getattr_static(cls, name)
+        if inspect.isfunction(attr):  # plain methods: static and class methods stay as they are
+            methods[name] = profiled(attr, **ours)
+    if not methods:
+        raise TypeError(f"profiled_remote: class {cls.__qualname__} has no public method to "
+                        "run as a job")
+    actor = type(cls.__name__, (cls,), {**methods, "__module__": cls.__module__,
+                                         "__qualname__": cls.__qualname__,
+                                         "__doc__": cls.__doc__})
+    return actor

@@ -209,6 +209,20 @@ class _HeavyJob:
             reader.close()
 
 
+def _disguise(wrapper: Any, fn: Callable[..., Any]) -> None:
+    """Give the wrapper fn's name, docs and attributes, as functools.update_wrapper does, and
+    a name and annotations where fn has none (a functools.partial, a callable object): the
+    engines copy a profiled function by value as a function (cloudpickle), which needs both."""
+    functools.update_wrapper(wrapper, fn)
+    inner = getattr(fn, "func", None) if isinstance(fn, functools.partial) else None
+    name = (getattr(fn, "__name__", None) or getattr(inner, "__name__", None)
+            or type(fn).__name__)
+    for attr, value in (("__name__", name), ("__qualname__", name), ("__annotations__", {}),
+                        ("__module__", getattr(inner or type(fn), "__module__", None))):
+        if attr not in wrapper.__dict__:
+            setattr(wrapper, attr, value)
+
+
 def _merged(frames: list[bytes], nested: list[bytes]) -> list[bytes]:
     """A job's frames and those of the jobs nested in it, each once: they share the hello and
     the samples taken while both ran."""
@@ -300,6 +314,23 @@ class monitor:
             self.stats = job.stats
 
 
+class _Calls:
+    """What a profiled function keeps of its calls in this process: the last job, the
+    settings read for it, its function view. Never copied with the function (a ring's
+    memory map cannot be, and a copy's calls are its own)."""
+
+    __slots__ = ("cached", "last", "last_stats", "view")
+
+    def __init__(self) -> None:
+        self.cached: tuple[tuple[str | None, ...], Config] | None = None
+        self.last: _LightJob | Timeline | None = None
+        self.last_stats: dict[str, float] | None = None
+        self.view: Callable[..., Any] | None = None
+
+    def __reduce__(self) -> tuple[type[_Calls], tuple[()]]:
+        return _Calls, ()
+
+
 class _Profiled(Generic[P, R]):
     """The job logic of `profiled`, without the function disguise (see there)."""
 
@@ -309,13 +340,11 @@ class _Profiled(Generic[P, R]):
         check_out(resolve(**options).out, folder=False)
         # First: update_wrapper copies fn's own attributes, which must not shadow ours (a
         # callable object with an attribute named fn or options).
-        functools.update_wrapper(self, fn)
+        _disguise(self, fn)
         self.fn = fn
         self.options: dict[str, object] = dict(options)
         self._mark_kind()
-        self.last_stats: dict[str, float] | None = None
-        self._last: _LightJob | Timeline | None = None
-        self._cached: tuple[tuple[str | None, ...], Config] | None = None
+        self._calls = _Calls()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"fn": self.fn, "options": self.options}
@@ -324,13 +353,11 @@ class _Profiled(Generic[P, R]):
         # No validation here: this runs in the worker, while a pool unpickles its task, where
         # an exception would break the whole pool (BrokenProcessPool). Settings are checked
         # at each call instead, and a bad one there never stops the job (_config).
-        functools.update_wrapper(self, state["fn"])
+        _disguise(self, state["fn"])
         self.fn = state["fn"]
         self.options = state["options"]
         self._mark_kind()
-        self.last_stats = None
-        self._last = None
-        self._cached = None
+        self._calls = _Calls()
 
     def _mark_kind(self) -> None:
         self._is_gen = inspect.isgeneratorfunction(self.fn)
@@ -345,7 +372,7 @@ class _Profiled(Generic[P, R]):
         # Settings come from the options and the WORKERSCOPE_* variables of the process the
         # call runs in; resolving them costs ~9 us, so it is redone only when those change.
         key = tuple(os.environ.get(var) for var in _ENV_VARS)
-        cached = self._cached
+        cached = self._calls.cached
         if cached is None or cached[0] != key:
             try:
                 config = resolve(**self.options)
@@ -354,14 +381,19 @@ class _Profiled(Generic[P, R]):
                 # settings of the call alone and say so, once per value.
                 config = resolve({}, **self.options)
                 _warn_once(f"{err}; the job runs with the settings given to profiled()")
-            cached = self._cached = (key, config)
+            cached = self._calls.cached = (key, config)
         return cached[1]
+
+    @property
+    def last_stats(self) -> dict[str, float] | None:
+        """The last light job's stats in this process (None before one, or after a heavy one)."""
+        return self._calls.last_stats
 
     @property
     def last_timeline(self) -> Timeline | None:
         """The last job's Timeline: a heavy job's when it kept one (out= set), a light job's
         job, stats and spans (built when first asked for)."""
-        last = self._last
+        last = self._calls.last
         return last.timeline if isinstance(last, _LightJob) else last
 
     def _job(self, config: Config) -> _HeavyJob | _LightJob:
@@ -373,10 +405,10 @@ class _Profiled(Generic[P, R]):
     def _end(self, job: _HeavyJob | _LightJob, exc: BaseException | None) -> None:
         job.end(exc)
         if isinstance(job, _LightJob):
-            self.last_stats = job.stats
-            self._last = job
+            self._calls.last_stats = job.stats
+            self._calls.last = job
         else:
-            self._last = job.timeline
+            self._calls.last = job.timeline
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if self._is_gen:
@@ -494,6 +526,10 @@ class profiled(_Profiled[P, R]):
             return lambda f: cls(f, **options)
         return super().__new__(cls)
 
+    def __get__(self, obj: object, objtype: type | None = None) -> Any:
+        """On a class, a method: bound to the instance, as a function would be."""
+        return self if obj is None else types.MethodType(self, obj)
+
     # isinstance(x, types.FunctionType) -- and so inspect.isfunction, which ray.remote
     # requires -- consults __class__ after type(x). type(x), which the picklers and the
     # interpreter use, stays profiled.
@@ -502,11 +538,11 @@ class profiled(_Profiled[P, R]):
         return types.FunctionType
 
     def _function_view(self) -> Callable[..., Any]:
-        view = self.__dict__.get("_view")
+        view = self._calls.view
         if view is None:
             twin: _Profiled[..., Any] = object.__new__(_Profiled)
             twin.__setstate__(self.__getstate__())
-            view = self.__dict__["_view"] = _trampoline(twin)
+            view = self._calls.view = _trampoline(twin)
         return view
 
     @property
