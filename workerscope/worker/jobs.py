@@ -107,6 +107,8 @@ class _HeavyJob:
         with _heavy_lock:
             # Nested in a job that keeps its frames: keep this one's for it (see _heavy_open).
             self.keep = self.want_timeline or bool(self._open_keepers())
+        if self.config.reset_peak:
+            light.keep_lifetime_peak()  # the sidecar resets the peak at this job's start
         try:
             self.link = get_link(self.config)
             self.link.job_start(self.job, self.name, self.config.out, keep=self.keep,

@@ -284,6 +284,13 @@ atexit.register(_close_ring)
 _lifetime_peak = 0
 
 
+def keep_lifetime_peak() -> None:
+    """Note the process's peak so far, before a reset of the high-water mark (a light job's,
+    or a heavy job's sidecar's) hides it from every tool, ru_maxrss too."""
+    global _lifetime_peak
+    _lifetime_peak = max(_lifetime_peak, _hwm())
+
+
 def _hwm() -> int:
     try:
         return procfs.read_status("self", {b"VmHWM": "peak"}).get("peak", 0)
@@ -339,9 +346,7 @@ class LightJob:
             self.lost_before = self.ring.reader.lost
             self.ring.start(self.job, self.tid)
             recorder.enter_job(self.job, self.ring.writer)
-        global _lifetime_peak
-        # The process's peak so far, before a reset hides it from every tool (ru_maxrss too).
-        _lifetime_peak = max(_lifetime_peak, _hwm())
+        keep_lifetime_peak()
         self.peak_reset = self.config.reset_peak and procfs.reset_peak("self")
         self.reading = Reading()
 
