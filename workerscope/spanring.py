@@ -80,6 +80,7 @@ EXTRAS_BYTES = 512 << 10
 STUCK_NS = 1_000_000_000
 FOREVER = 1 << 62
 _UNNAMED = ("<name not recorded: the ring's names table is full>", None)
+_MISS = (1, 0, None)  # a job-cache entry no start falls in
 
 
 def _align(n: int) -> int:
@@ -243,24 +244,15 @@ class RingReader:
         counter taken before the caller learnt of every job those records may belong to).
         final: the writer is gone: read all there is; spans still open end at now_ns, cut
         short."""
-        q, cap = self.q, self.cap
-        c_pre = q[H_COUNTER]
-        words, fresh = self._read_new(c_pre if upto is None or final else min(upto, c_pre),
-                                      final, now_ns)
-        done = self._reread_open(c_pre)
-        self._read_names()
-        self._read_extras()
+        c_pre, words, fresh, done = self._collect(upto, final, now_ns)
         # The records in seq order, parents and jobs worked out as they begin. Kept inline:
         # the sidecar reads every span here, hundreds of thousands a second at worst.
         out: list[protocol.SpanRecord] = []
         append, record, new = out.append, protocol.SpanRecord, tuple.__new__
         names, extras, opened, stacks, ctxs = (self.names, self._extras, self.open,
                                                self._stacks, self._ctxs)
-        id_base, half, pid = self.id_base, cap // 2, self.pid
-        cache = self._job_cache
-        if cache.get(0) != jobs.version:
-            cache.clear()
-            cache[0] = jobs.version
+        id_base, half, pid = self.id_base, self.cap // 2, self.pid
+        cache, lookup, ctx_parent = self._jobs_cache(jobs), jobs.lookup, _ctx_parent
         for i in fresh:
             seq, what, start = words[i], words[i + 1], words[i + 3]
             flags = what >> 32
@@ -276,23 +268,19 @@ class RingReader:
             stack = stacks.get(tid)
             if stack is None:
                 stack = stacks[tid] = [None]
-            parent = None
-            c = ctxs.get(ctx) if ctx else None
-            if c is not None and ((c[0] == tid and level <= c[1]) or (c[0] != tid and level < 1)):
-                parent = c[2]
-            elif 1 <= level < len(stack):
-                parent = stack[level]
-            hit = cache.get(tid + 1)
-            if hit is not None and hit[0] <= start < hit[1]:
+            parent = stack[level] if 1 <= level < len(stack) else None
+            if ctx:  # begun in an async context: its parent may be that context's span
+                parent = ctx_parent(ctxs.get(ctx), tid, level, parent)
+            hit = cache.get(tid + 1, _MISS)
+            if hit[0] <= start < hit[1]:
                 job = hit[2]
             else:
-                job, lo, hi = jobs.lookup(pid, tid, start)
+                job, lo, hi = lookup(pid, tid, start)
                 cache[tid + 1] = (lo, hi, job)
             if parent is None:
                 parent = job
             if sync and depth >= 1:
-                if len(stack) > depth:
-                    del stack[depth:]
+                del stack[depth:]
                 while len(stack) < depth:
                     stack.append(None)
                 stack.append(sid)
@@ -302,7 +290,7 @@ class RingReader:
             if flags & F_MARK:
                 opened[seq] = [protocol.RECORD_MARK, job, sid, parent, what & LOW32, start, tid,
                                c_pre - seq >= half]
-            elif end and not end & ERR_BIT and seq not in extras:
+            elif 0 < end < ERR_BIT and seq not in extras:  # ended, no error, no extras
                 name, attrs = names.get(what & LOW32) or _UNNAMED
                 append(new(record, (protocol.RECORD_SPAN, job, sid, parent, name, start,
                                     end if end > start else start, tid, attrs, None, False)))
@@ -312,6 +300,33 @@ class RingReader:
                                c_pre - seq >= half]
             if end:
                 done.append((seq, end))
+        self._finish(out, done, final, now_ns)
+        return out
+
+    def _collect(self, upto: int | None, final: bool,
+                 now_ns: int) -> tuple[int, list[int], list[int], list[tuple[int, int]]]:
+        """(the counter before, the new records' words, the index of each whole one in them,
+        ends patched into open spans), names and extras read too: all read() starts from."""
+        c_pre = self.q[H_COUNTER]
+        words, fresh = self._read_new(c_pre if upto is None or final else min(upto, c_pre),
+                                      final, now_ns)
+        done = self._reread_open(c_pre)
+        self._read_names()
+        self._read_extras()
+        return c_pre, words, fresh, done
+
+    def _jobs_cache(self, jobs: Jobs) -> dict[int, Any]:
+        """tid + 1 -> (lo, hi, job) of the last lookups, valid while the jobs are the same."""
+        cache = self._job_cache
+        if cache.get(0) != jobs.version:
+            cache.clear()
+            cache[0] = jobs.version
+        return cache
+
+    def _finish(self, out: list[protocol.SpanRecord], done: list[tuple[int, int]], final: bool,
+                now_ns: int) -> None:
+        """Complete into out the open spans whose ends came; at the last read, all the others
+        too, cut short at now_ns."""
         for seq, end in done:
             span = self.open.pop(seq, None)
             if span is not None:
@@ -321,7 +336,6 @@ class RingReader:
                 out.append(self._complete(span, seq, max(now_ns, span[5]), True))
             self.open.clear()
         self._prune()
-        return out
 
     def _words(self, lo: int, hi: int) -> list[int]:
         """The words of records lo..hi (seqs), copied out in one or two slices."""
@@ -487,3 +501,13 @@ class RingReader:
             oldest = self.next_seq - self.cap
             for seq in [s for s in self._extras if s < oldest and s not in self.open]:
                 del self._extras[seq]
+
+
+def _ctx_parent(c: tuple[int, int, int] | None, tid: int, level: int,
+                parent: int | None) -> int | None:
+    """The parent of a record begun in an async context c (its context span's (tid, depth,
+    id)): that span where the record is not nested deeper inside it on its own thread, or is
+    at the top of another thread; else the parent its thread's stack gives."""
+    if c is not None and ((c[0] == tid and level <= c[1]) or (c[0] != tid and level < 1)):
+        return c[2]
+    return parent
