@@ -70,6 +70,19 @@ def check_out(out: str | None, folder: bool) -> None:
         raise ConfigError(str(err)) from err
 
 
+def _check_out_here(out: str) -> None:
+    """Say at a job's start, once, where the machine the job runs on cannot hold its `out`
+    file (its folder is missing, or is a file): the job of hours would otherwise learn it at
+    its end. The job runs on."""
+    path = out
+    try:
+        path = out_path(out, pid=os.getpid(), job=0)
+        check_output_path(path, folder=True)
+    except WorkerscopeError as err:
+        _warn_once(f"{err}: the job's timeline cannot be written there (out={out!r}); the job "
+                   "runs on")
+
+
 def _warn(msg: str) -> None:
     # With no logging configured, Python's last-resort handler puts warnings on stderr.
     log.warning("workerscope: %s", msg)
@@ -399,6 +412,8 @@ class _Profiled(Generic[P, R]):
         return last.timeline if isinstance(last, _LightJob) else last
 
     def _job(self, config: Config) -> _HeavyJob | _LightJob:
+        if config.out:
+            _check_out_here(config.out)
         name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
         if config.mode == "light":
             return _LightJob(config, name)
