@@ -423,6 +423,17 @@ def out_path(template: str, pid: int, job: int) -> str:
             f"out path {template!r}: only {{pid}}, {{job}} and {{host}} may be filled in") from err
 
 
+# What opens a file of each of the formats workerscope writes, for a user who gave one to load.
+_OPEN_WITH = {
+    ".json": "a .json trace opens in Perfetto's UI (ui.perfetto.dev) or chrome://tracing",
+    ".pftrace": "a .pftrace opens in Perfetto's UI (ui.perfetto.dev)",
+    ".html": "an .html report opens in any browser",
+    ".csv": "a .csv opens in a spreadsheet or pandas.read_csv",
+    ".png": "a .png opens in an image viewer",
+}
+_OTHER = "give the .wsc that was saved beside it, or a driver's record"
+
+
 def load(path: str | os.PathLike[str]) -> Timeline:
     """Read a timeline written by Timeline.save (.wsc). A driver's record is read by
     workerscope.load (record.py), which reads both."""
@@ -433,7 +444,7 @@ def load(path: str | os.PathLike[str]) -> Timeline:
             raise WorkerscopeError(f"{path!r} is not a regular file")
         if not path.endswith(".wsc"):
             raise FileFormatError(f"{path!r}: load() reads workerscope's native .wsc files; "
-                                   "a .json trace is for Perfetto")
+                                  f"{_OPEN_WITH.get(os.path.splitext(path)[1].lower(), _OTHER)}")
         with open(path, "rb") as f:
             data = f.read()
     except OSError as err:
