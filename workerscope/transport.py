@@ -35,6 +35,20 @@ LINGER_MS = 2_000
 log = logging.getLogger("workerscope.transport")
 
 
+def not_delivered(bye_wait: str, endpoint: str, what: str) -> str | None:
+    """What to say of frames a driver did not take, by how the wait for the bye's
+    acknowledgement ended (Outbox.bye_wait); None when there is nothing to say."""
+    where = public_endpoint(endpoint)
+    if bye_wait == "refused the keys":
+        return (f"the driver at {where} refused this worker's keys: {what} were not delivered; "
+                "give the worker the driver's endpoint whole, with its ?curve=... part "
+                "(sub.endpoint, or what `workerscope listen` printed), from this run of the "
+                "driver or one started with the same key")
+    if bye_wait == "nobody listened":
+        return f"nobody listened on {where}: {what} were not delivered"
+    return None
+
+
 def dealer(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, send_hwm: int = SEND_HWM,
            linger_ms: int = LINGER_MS) -> zmq.Socket[bytes]:
     """A DEALER connected to a driver's endpoint, with the CURVE keys the endpoint carries.
@@ -64,8 +78,9 @@ def dealer(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, send_hwm: int = S
 # Connection events that tell whether a driver listens: a handshake done, or a connection
 # that failed (refused, closed, or its handshake refused).
 _HEARD = zmq.EVENT_HANDSHAKE_SUCCEEDED
-_FAILED = (zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-           | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+_REFUSED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)  # a driver was there, and refused the keys
+_FAILED = zmq.EVENT_CONNECT_RETRIED | zmq.EVENT_CLOSED | _REFUSED
 
 
 class Outbox:
@@ -86,7 +101,9 @@ class Outbox:
             raise
         self.heard = False  # a driver completed a handshake
         self._failed = False  # a connection failed before any handshake was done
-        self.bye_wait = ""  # how wait_ack ended: acknowledged | timed out | nobody listened
+        self.refused = False  # a handshake failed (CURVE): the keys are not the driver's
+        # how wait_ack ended: acknowledged | timed out | nobody listened | refused the keys
+        self.bye_wait = ""
         self.sent = 0
         self.dropped = 0
         self.too_big = 0  # of those dropped, frames over MAX_FRAME_BYTES
@@ -149,6 +166,7 @@ class Outbox:
                 self.heard, self._failed = True, False
             elif not self.heard:
                 self._failed = True
+                self.refused = self.refused or bool(event & _REFUSED)
         return self._failed and not self.heard
 
     def wait_ack(self, seq: int, timeout: float,
@@ -162,7 +180,7 @@ class Outbox:
         poller.register(self._events, zmq.POLLIN)
         while True:
             if self.nobody_listened:
-                self.bye_wait = "nobody listened"
+                self.bye_wait = "refused the keys" if self.refused else "nobody listened"
                 return False
             left = deadline - time.monotonic()
             if left <= 0:

@@ -616,7 +616,10 @@ class Sidecar:
         # Skipped at once when no driver was ever heard from and a connection failed.
         self.outbox.wait_ack(self.seq, self.config.bye_timeout, on_other=self.on_driver)
         self.outbox.close()
-        if self.outbox.bye_wait == "nobody listened":
-            log.warning("nobody listened on %s: this worker's %d frame(s) were not delivered",
-                        public_endpoint(self.outbox.endpoint), self.seq + 1)
+        from ..transport import not_delivered
+
+        said = not_delivered(self.outbox.bye_wait, self.outbox.endpoint,
+                             f"this worker's {self.seq + 1} frame(s)")
+        if said:
+            log.warning("%s", said)
         return 0

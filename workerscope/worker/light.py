@@ -167,10 +167,12 @@ class _Sender:
                 self.outbox.wait_ack(self.seq, min(self.config.bye_timeout, EXIT_WAIT))
             finally:
                 self.outbox.close()
-        if self.bye_wait == "nobody listened":
-            log.warning("workerscope: nobody listened on %s: the light-mode stats of this "
-                        "process (%d frame(s)) were not delivered",
-                        public_endpoint(self.config.endpoint or ""), self.seq + 1)
+        from ..transport import not_delivered
+
+        said = not_delivered(self.bye_wait, self.config.endpoint or "",
+                             f"the light-mode stats of this process ({self.seq + 1} frame(s))")
+        if said:
+            log.warning("workerscope: %s", said)
 
 
 _senders: dict[tuple[str | None, str | None], _Sender | None] = {}
