@@ -26,6 +26,7 @@ from typing import Any
 from ..protocol import Status
 from ..timeline import STRAGGLER_FACTOR, Span, Timeline, is_straggler
 from .deaths import by_worker, is_cut_short
+from .growth import Memory, pinned
 
 # A worker or a job that died: drawn with a cross and counted as bad in every view. A worker's
 # status says killed; its job's says killed or oom_killed (deaths.py names the cause).
@@ -131,6 +132,7 @@ def attribute(t: Timeline) -> Attribution:
         elif s.scope == "thread" and s.pid is not None and s.tid is not None:
             by_thread.setdefault((s.worker, s.pid, s.tid), []).append((s.t_ns, s.values))
     cache: dict[tuple[Any, ...], dict[str, _Series]] = {}
+    memory: dict[tuple[Any, ...], Memory] = {}
 
     def proc_series(worker: str, pid: int) -> dict[str, _Series]:
         key = ("p", worker, pid)
@@ -142,6 +144,7 @@ def attribute(t: Timeline) -> Attribution:
                           "write": _series(rows, "write_bytes"),
                           "gpu_mem": _series(rows, "gpu_mem_bytes"),
                           "gpu_util": _series(rows, "gpu_util_percent")}
+            memory[key] = Memory.of(rows)
         return cache[key]
 
     def tree_series(worker: str) -> dict[str, _Series]:
@@ -156,7 +159,8 @@ def attribute(t: Timeline) -> Attribution:
     beside = _concurrent(t.spans) if by_thread else set()
     for span in t.spans:
         key = (span.worker, span.pid, span.id)
-        out[key] = _one(span, proc_series(span.worker, span.pid), tree_series(span.worker))
+        out[key] = _one(span, proc_series(span.worker, span.pid), tree_series(span.worker),
+                        memory[("p", span.worker, span.pid)])
         thread = (span.worker, span.pid, span.tid)
         if key in beside and thread in by_thread:
             if thread not in thread_cpu:
@@ -176,7 +180,8 @@ def _delta(series: _Series, t0: int, t1: int) -> float | None:
     return None if a is None or b is None else max(b - a, 0.0)
 
 
-def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series]) -> dict[str, float]:
+def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series],
+         mem: Memory) -> dict[str, float]:
     t0, t1 = span.start_ns, span.end_ns
     res: dict[str, float] = {}
     for name, series in (("cpu_s", p["cpu"]), ("tree_cpu_s", tree["cpu"]),
@@ -187,14 +192,17 @@ def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series]) -> dict[st
     rss = p["rss"]
     start, end = rss.at(t0), rss.at(t1)
     if start is not None and end is not None:
-        res["rss_growth_bytes"] = end - start
         peak = max([start, end, *rss.within(t0, t1)])
         # A high-water mark that rose across the span: the peak fell inside it (or near it).
         hwm_before, hwm_after = p["hwm"].last_before(t0), p["hwm"].first_after(t1)
         if hwm_before is not None and hwm_after is not None and hwm_after > hwm_before:
             peak = max(peak, hwm_after)
         res["peak_rss_bytes"] = peak
-        res["peak_growth_bytes"] = max(peak - start, 0.0)
+    for name, bounds in (("rss_growth_bytes", mem.end_growth(t0, t1)),
+                         ("peak_growth_bytes", mem.peak_growth(t0, t1))):
+        figure = pinned(bounds)
+        if figure is not None:
+            res[name] = figure
     # The process's own SM share (NVML per-process utilisation), not the device's: a device
     # is shared with other processes, and a host has other devices.
     util = p["gpu_util"].within(t0, t1)
