@@ -33,6 +33,9 @@ def add_parser(subparsers: Subparsers) -> None:
                    help="memory for the samples of a record (default 256); past it they are "
                         "folded into time bins, as each worker's notes then say; 0 keeps "
                         "every sample")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="rows of the jobs table (default 20: the jobs that did not end ok "
+                        "first, then the longest); 0 lists every job")
     p.set_defaults(func=run)
 
 
@@ -42,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_sample_mib is not None and args.max_sample_mib < 0:
         raise UsageError("--max-sample-mib must be 0 (every sample) or more")
+    if args.jobs is not None and args.jobs < 0:
+        raise UsageError("--jobs must be 0 (every job) or more")
     outputs = [path for path in (args.html, args.json, args.pftrace, args.csv, args.wsc, args.png)
                if path]
     for path in outputs:
@@ -58,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import shutil
 
-    from ..export.terminal import report
+    from ..export.terminal import JOBS_SHOWN, report
 
     width = shutil.get_terminal_size((100, 24)).columns
-    sys.stdout.write(report(timeline, width=width, color=sys.stdout.isatty()))
+    jobs = JOBS_SHOWN if args.jobs is None else (args.jobs or None)
+    sys.stdout.write(report(timeline, width=width, color=sys.stdout.isatty(), jobs=jobs))
     return 0

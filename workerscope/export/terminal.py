@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import protocol
 from ..protocol import Status
-from ..timeline import Span, Timeline
+from ..timeline import Job, Span, Timeline
 from ..units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
 from .attribution import DIED, Attribution, function_table, workers_table
 from .deaths import Death, by_worker, deaths, figures, is_cut_short
@@ -193,22 +193,49 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int], width: in
     return "\n".join(out) + "\n"
 
 
-def jobs_table(t: Timeline, width: int | None = None) -> str:
+JOBS_SHOWN = 20  # rows of the jobs table by default (`report --jobs`)
+
+
+def jobs_table(t: Timeline, width: int | None = None, limit: int | None = JOBS_SHOWN) -> str:
     """One row per job; `died` names what its worker died of inside it (oom, SIGKILL,
-    exit 3). Within `width`, long errors are cut short (the deaths section has them whole)."""
-    rows = []
+    exit 3). Within `width`, long errors are cut short (the deaths section has them whole).
+    Past `limit` jobs (None: no limit), the jobs that did not end ok come first, then the
+    longest; a last line says how many were left out."""
     causes = {(d.worker, d.job.id, d.job.start_ns): d.cause for d in deaths(t)}
-    for j in sorted(t.jobs, key=lambda j: (j.worker, j.start_ns)):
+    shown = _jobs_shown(t.jobs, limit)
+    rows = []
+    for j in sorted(shown, key=lambda j: (j.worker, j.start_ns)):
         dur = None if j.end_ns is None else (j.end_ns - j.start_ns) / 1e9
         rows.append([short_worker(j.worker), str(j.id), j.name, j.status, fmt_seconds(dur),
                      causes.get((j.worker, j.id, j.start_ns), ""), j.error or ""])
-    return _table(["worker", "job", "name", "status", "wall", "died", "error"], rows, {1, 4},
+    text = _table(["worker", "job", "name", "status", "wall", "died", "error"], rows, {1, 4},
                   width, clip=(6, 2, 0))
+    left = len(t.jobs) - len(shown)
+    if left:
+        text += (f"  ... {left:,} more job(s), ended ok and shorter than those shown "
+                 "(`workerscope report --jobs 0` lists every job)\n")
+    return text
+
+
+def _jobs_shown(jobs: list[Job], limit: int | None) -> list[Job]:
+    if limit is None or len(jobs) <= limit:
+        return list(jobs)
+    def length(j: Job) -> int:
+        return (j.end_ns if j.end_ns is not None else j.start_ns) - j.start_ns
+    ranked = sorted(jobs, key=lambda j: (j.status == Status.OK, -length(j)))
+    return ranked[:limit]
 
 
 # What the function table's memory columns mean (attribution.function_table).
-MEMORY_KEY = ["grew: the most RSS rose during one call (what the call allocated)",
+MEMORY_KEY = ["grew: the most RSS rose during one call (what the call allocated), within 10 %",
               "proc rss: the process's RSS peak while it ran (memory held before too)"]
+# Said under the table when a call's growth has no figure (attribution's growth bounds).
+UNKNOWN_GROWTH = ("grew -: its samples cannot tell its growth from its neighbours' (a call "
+                  "shorter than the interval): a shorter interval can")
+# What the cpu column is, and how good (attribution.py).
+CPU_KEY = ("cpu: an estimate from the CPU read each sample (its thread's where read), split "
+           "over the spans by time and by each function's rate: off by up to the CPU of one "
+           "sample interval at each end of a call")
 
 
 def functions_table(t: Timeline, attribution: Attribution | None = None,
@@ -230,10 +257,13 @@ def functions_table(t: Timeline, attribution: Attribution | None = None,
     # then self time, then long names are cut short; on a very narrow terminal, more go.
     text = _table(headers, rows, set(range(1, len(headers))), width, drop=(3, 5, 7),
                   clip=(0,), last=(6, 10, 4, 8))
+    head = text.split("\n", 1)[0]
+    shown = [CPU_KEY] if " cpu" in head and any(r["cpu_s"] is not None for r in table) else []
     if any(r["peak_rss_bytes"] is not None for r in table):
-        head = text.split("\n", 1)[0]
-        shown = [k for k in MEMORY_KEY if k.split(":")[0] in head]  # a narrow table drops some
-        text += "\n".join(_wrap(shown, width, indent="")) + "\n" if shown else ""
+        shown += [k for k in MEMORY_KEY if k.split(":")[0] in head]  # a narrow table drops some
+        if "grew" in head and any(r["peak_growth_bytes"] is None for r in table):
+            shown.append(UNKNOWN_GROWTH)
+    text += "\n".join(_wrap(shown, width, indent="")) + "\n" if shown else ""
     return text
 
 
@@ -312,12 +342,14 @@ def _wrap(phrases: list[str], width: int, indent: str = "    ") -> list[str]:
     return lines
 
 
-def report(t: Timeline, width: int = 80, color: bool = False) -> str:
-    """Everything: the Gantt and its key, workers, jobs, deaths and functions, and notes."""
+def report(t: Timeline, width: int = 80, color: bool = False,
+           jobs: int | None = JOBS_SHOWN) -> str:
+    """Everything: the Gantt and its key, workers, jobs (at most `jobs` rows; None: all),
+    deaths and functions, and notes."""
     drawn = gantt(t, width, color)
     key = _key(t, f"\n{_LANE_2}" in drawn)
     parts = [drawn + ("\n".join(_wrap([key], width, "")) + "\n" if key else ""),
-             workers_text(t, width) + cost_lines(t, width), jobs_table(t, width)]
+             workers_text(t, width) + cost_lines(t, width), jobs_table(t, width, jobs)]
     died = deaths_text(t, width)
     if died:
         parts.append(died)
