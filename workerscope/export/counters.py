@@ -4,8 +4,10 @@ A worker's counters come process by process, its tree root first: the tree's and
 own (`tree.*`, `proc.*`) lead, then its threads' (`thread.*`, one track per thread: the tid is
 in the name, so two threads never merge), then the sidecar's cost. A machine's counters
 (`host.*`, `gpu<i>.*`) come once per host, from the worker that sampled them most, as the
-report's plots take them. Cumulative counters (CPU seconds, IO bytes, context switches,
-network and disk totals: docs/METRICS.md) go out as per-second rates, named `<scope>.<metric>/s`.
+report's plots take them. Cumulative counters (CPU seconds, IO bytes, context switches, network
+and disk totals: docs/METRICS.md) go out as per-second rates, named `<scope>.<metric>/s`. A
+thread whose counters never move from 0 (a pool's parked thread: most threads of a process
+that imports numpy or torch) has nothing to show.
 """
 
 from __future__ import annotations
@@ -95,3 +97,18 @@ def group_values(group: CounterGroup) -> Iterator[tuple[int, list[tuple[str, flo
             else:
                 values.append((metric, value))
         yield smp.t_ns, values
+
+
+def track_points(group: CounterGroup) -> dict[str, list[tuple[int, float]]]:
+    """Each counter of a group with the points it shows, (t_ns, value) in time order, by
+    group_values' rule; counters in name order, none without a point."""
+    points: dict[str, list[tuple[int, float]]] = {}
+    for t_ns, values in group_values(group):
+        for metric, value in values:
+            points.setdefault(metric, []).append((t_ns, value))
+    return {metric: points[metric] for metric in sorted(points)}
+
+
+def is_idle_thread(group: CounterGroup, points: dict[str, list[tuple[int, float]]]) -> bool:
+    """A thread's group whose every point is 0 (its CPU never moved while it was watched)."""
+    return group.scope == "thread" and all(v == 0 for pts in points.values() for _, v in pts)

@@ -17,8 +17,11 @@ What the UI shows:
 Size: each track's events form a packet sequence of their own, with an incremental clock
 (timestamps are deltas from the previous packet: 3-4 bytes, not 9), the track as a sequence
 default (no uuid per event), and slice names and argument names interned per sequence. A
-sample's counters go out as one event (extra_counter_values), and a counter's value equal to
-the one before it is left out (a counter holds its value until the next). Slices carry their
+group's counters (counters.py) share a sequence, one event per value on its track: Perfetto's
+UI (its WASM trace processor) misread values packed into one event's extra_counter_values,
+reading some as 0. A value equal to its track's previous one is left out, except the track's
+last (a counter holds its value until the next, and the track ends where its samples end). A
+thread whose counters never move from 0 gets no counter tracks. Slices carry their
 attrs, error, cut_short and a job's death; per-span resource attribution stays in the .json
 and the HTML report (~50 bytes a span more here).
 """
@@ -26,14 +29,13 @@ and the HTML report (~50 bytes a span more here).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
 from typing import Any, BinaryIO
 
 from ..errors import WorkerscopeError
 from ..timeline import Job, Mark, Span, Timeline, write_atomic
 from .attribution import NOT_FAILED
 from .chrome import span_args, split_nested
-from .counters import CounterGroup, counter_groups, counter_name, group_values
+from .counters import CounterGroup, counter_groups, counter_name, is_idle_thread, track_points
 from .pftrace_packets import BOOTTIME, INT64, REALTIME, PacketSequence, Tracks, Writer
 
 
@@ -79,8 +81,8 @@ def _write(t: Timeline, w: Writer) -> None:
     tree.hosts(devices)
     _slices(t, w, tree.tracks, tree.thread_track, t0)
     _failed_jobs(t, w, tree.worker_track, machines.of, t0)
-    for g, m, uuids in tree.counters:
-        _counter_events(w, g, m, uuids, t0)
+    for m, tracks in tree.counters:
+        _counter_events(w, m, tracks, t0)
 
 
 class _Machines:
@@ -140,7 +142,8 @@ class _TrackTree:
         # (worker, pid, tid) -> (its track, machine, the track of its process)
         self.thread_track: dict[tuple[str, int, int], tuple[int, int, int]] = {}
         self.worker_track: dict[str, int] = {}
-        self.counters: list[tuple[CounterGroup, int, dict[str, int]]] = []  # group, machine, metric -> uuid
+        # per group: its machine, and each of its tracks' uuid and points
+        self.counters: list[tuple[int, list[tuple[int, list[tuple[int, float]]]]]] = []
 
     def worker(self, wid: str, pids: set[int], threads: dict[tuple[str, int], set[int]],
                by_proc: dict[tuple[str, int], list[CounterGroup]]) -> None:
@@ -190,12 +193,12 @@ class _TrackTree:
                     self._counter_tracks(g, parent, m)
 
     def _counter_tracks(self, g: CounterGroup, parent: int, m: int) -> None:
-        metrics = sorted({k for smp in g.samples for k in smp.values})
-        uuids = {}
-        for metric in metrics:
-            uuids[metric] = self.tracks.add(m, parent, counter_name(g.scope, metric, g.tid),
-                                            True).uuid
-        self.counters.append((g, m, uuids))
+        points = track_points(g)
+        if is_idle_thread(g, points):
+            return
+        self.counters.append((m, [
+            (self.tracks.add(m, parent, counter_name(g.scope, metric, g.tid), True).uuid, pts)
+            for metric, pts in points.items()]))
 
 
 def _slices(t: Timeline, w: Writer, tracks: Tracks,
@@ -265,39 +268,30 @@ def _failed_jobs(t: Timeline, w: Writer, worker_track: dict[str, int], machine_o
             seq.annotate(p, te, {k: v for k, v in args.items() if v is not None})
 
 
-def _counter_events(w: Writer, g: CounterGroup, m: int, uuids: dict[str, int], t0: int) -> None:
-    """One counter event per sample, its values on their tracks (the first as the event's own,
-    the rest as extra values); a value equal to its track's previous one is left out, except
-    in the last sample, so every track ends where its samples end."""
-    pb = w.pb
+def _counter_events(w: Writer, m: int, tracks: list[tuple[int, list[tuple[int, float]]]],
+                    t0: int) -> None:
+    """A group's counters on one sequence, one event per value, in time order; a value equal
+    to its track's previous one is left out, except the track's last."""
+    events: list[tuple[int, int, float]] = []
+    for uuid, points in tracks:
+        prev: float | None = None
+        for t_ns, v in points[:-1]:
+            if v != prev:
+                events.append((t_ns, uuid, v))
+                prev = v
+        events.extend((t_ns, uuid, v) for t_ns, v in points[-1:])
+    # Each track's points are in time order: the sort merges runs, and keeps a time's values
+    # in track order.
+    events.sort(key=lambda e: e[0])
+    counter = w.pb.TrackEvent.TYPE_COUNTER
     seq = PacketSequence(w, m, t0, 0)
-    last: dict[str, float] = {}
-    final = g.samples[-1].t_ns if g.samples else 0
-    for t_ns, values in group_values(g):
-        fresh = [(metric, v) for metric, v in values if last.get(metric) != v or t_ns == final]
-        if not fresh:
-            continue
-        _, te = seq.event(t_ns, pb.TrackEvent.TYPE_COUNTER)
-        (metric, v), extra = fresh[0], fresh[1:]
-        te.track_uuid = uuids[metric]
-        last[metric] = v
+    for t_ns, uuid, v in events:
+        _, te = seq.event(t_ns, counter)
+        te.track_uuid = uuid
         if _is_int(v):
             te.counter_value = int(v)
         else:
             te.double_counter_value = v
-        _extras(te, uuids, extra, last)
-
-
-def _extras(te: Any, uuids: dict[str, int], values: Iterable[tuple[str, float]],
-            last: dict[str, float]) -> None:
-    for metric, v in values:
-        last[metric] = v
-        if _is_int(v):
-            te.extra_counter_track_uuids.append(uuids[metric])
-            te.extra_counter_values.append(int(v))
-        else:
-            te.extra_double_counter_track_uuids.append(uuids[metric])
-            te.extra_double_counter_values.append(v)
 
 
 def _is_int(v: float) -> bool:
