@@ -56,8 +56,10 @@ def process_lines(t: Timeline, metric: str, rank: str,
     """(label, colour, points) for the breakdown of `metric` over the workers in `order`: the
     TOP processes by `rank` ("peak" or "area", i.e. CPU time for cpu_percent), largest first,
     labelled "name pid" (plus the worker when there are several hosts), then "others (N
-    processes)"; colour is the rank, OTHERS for the sum. A single leftover process is drawn
-    as itself."""
+    processes)". A worker's own process (its tree's root) takes the worker's colour, its index
+    in `order`, as the worker's line does in the tree's plots; other processes take colours
+    after the workers', by rank; OTHERS for the sum. A single leftover process is drawn as
+    itself."""
     wanted = set(order)
     series: dict[Key, Points] = {}
     for smp in t.samples:
@@ -78,10 +80,12 @@ def process_lines(t: Timeline, metric: str, rank: str,
     hosts = {w: (t.workers[w].host if w in t.workers else w) for w, _ in series}
     several = len(set(hosts.values())) > 1
     out: list[tuple[str, int, Points]] = []
+    index = {w: i for i, w in enumerate(order)}
     for i, (w, pid) in enumerate(top):
         name = t.processes.get((w, pid), "pid")
         label = f"{name} {pid}" + (f" ({short_worker(w)})" if several else "")
-        out.append((label, i, series[(w, pid)]))
+        root = w in t.workers and t.workers[w].pid == pid
+        out.append((label, index[w] if root else len(order) + i, series[(w, pid)]))
     if rest:
         per_worker: dict[str, dict[int, float]] = {}
         for w, pid in rest:

@@ -51,7 +51,8 @@ class Series(NamedTuple):
     label: str  # a worker id; for a machine's device "host" or "host gpu<i>"; for a process
     # "name pid", or "others (N processes)"
     color: int  # the worker's index in the order given; devices follow the workers; for a
-    # process its rank, and breakdown.OTHERS (grey) for the others
+    # worker's own process its worker's, for another process one after the workers' by its
+    # rank, and breakdown.OTHERS (grey) for the others
     worker: bool  # True when label is a worker id (a view may shorten it)
     points: Points
 
