@@ -23,7 +23,7 @@ def render(rows: list[dict[str, Any]], endpoint: str, width: int = 100, jobs: in
     """The screen for these Subscriber.live() rows. A `failed` column (and count in the
     heading) when the rows carry `failed_jobs`."""
     failed = [r["failed_jobs"] for r in rows if isinstance(r.get("failed_jobs"), int)]
-    head = f"workerscope listen on {endpoint}: {len(rows)} worker(s), {jobs} job(s) ended"
+    head = f"workerscope listen: {len(rows)} worker(s), {jobs} job(s) ended"
     if failed:
         head += f", {sum(failed)} failed"
     cols = ["worker", "status", "job / last span", "cpu", "rss", "gpu", *(
@@ -46,7 +46,9 @@ def render(rows: list[dict[str, Any]], endpoint: str, width: int = 100, jobs: in
     right = {cols.index(c) for c in ("cpu", "rss", "gpu", "failed", "lost", "running")
              if c in cols}
     widths = [max([len(c)] + [len(row[i]) for row in table]) for i, c in enumerate(cols)]
-    lines = [head[:width], ""]
+    # The endpoint on a line of its own, never cut at the width: it is there to be copied
+    # whole (its keys included); the terminal wraps it.
+    lines = [head[:width], f"endpoint: {endpoint}", ""]
     for row in [cols, *table]:
         cells = (cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
                  for i, cell in enumerate(row))
