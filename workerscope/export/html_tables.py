@@ -137,14 +137,20 @@ def functions_html(rows: list[dict[str, Any]]) -> str:
     cut = any(r["cut_short"] for r in rows)
     out = ["<section><h2>Functions</h2><p class=\"hint\">One row per span name; self = wall "
            "time minus time in child spans; CPU and memory are estimates attributed from "
-           "the samples around each span. <b>memory grown</b>: the most the process's RSS rose "
-           "above its level at a call's start during one call, i.e. what the function "
-           "allocated; <b>process RSS during</b>: the process's largest RSS while a call ran, "
+           "the samples around each span. <b>CPU</b>: the CPU read each sample (the thread's "
+           "own where calls ran side by side in threads), split over the calls by time: off "
+           "by up to one sample interval's CPU at each end of a call, so short calls that "
+           "alternate with waits read low and the waits high. <b>memory grown</b>: the most "
+           "the process's RSS rose above its level at a call's start during one call, i.e. "
+           "what the function allocated, within 10 %; - where its samples cannot tell it from "
+           "its neighbours' (a call shorter than the interval); <b>process RSS during</b>: "
+           "the process's largest RSS while a call ran, "
            "which includes what it held before (a short sleep in a large process shows it "
            "all)" + ("; cut short = calls still open when their process died" if cut else "")
            + ".</p><table class=\"tbl\"><thead><tr><th>name</th>"
            "<th>kind</th><th>calls</th><th>total</th><th>self</th><th>mean</th><th>p50</th>"
-           "<th>p95</th><th>max</th><th>CPU</th><th>memory grown</th><th>process RSS during</th>"
+           "<th>p95</th><th>max</th><th title=\"an estimate: the CPU read each sample, split "
+           "over the calls by time\">CPU</th><th>memory grown</th><th>process RSS during</th>"
            "<th>errors</th>"
            + ("<th>cut short</th>" if cut else "") + "</tr></thead><tbody>"]
     for r in rows[:MAX_ROWS]:

@@ -233,9 +233,10 @@ MEMORY_KEY = ["grew: the most RSS rose during one call (what the call allocated)
 UNKNOWN_GROWTH = ("grew -: its samples cannot tell its growth from its neighbours' (a call "
                   "shorter than the interval): a shorter interval can")
 # What the cpu column is, and how good (attribution.py).
-CPU_KEY = ("cpu: an estimate from the CPU read each sample (its thread's where read), split "
-           "over the spans by time and by each function's rate: off by up to the CPU of one "
-           "sample interval at each end of a call")
+CPU_KEY = ("cpu: an estimate: the CPU read each sample (its thread's, where calls ran side by "
+           "side in threads), split over the calls by time; off by up to one sample "
+           "interval's CPU at each end of a call, so short calls that alternate with waits "
+           "read low and the waits high")
 
 
 def functions_table(t: Timeline, attribution: Attribution | None = None,
