@@ -1,10 +1,13 @@
 """Shared fixtures. Every test must leave no sidecar, child process or socket behind.
-Helpers the tests import live in helpers.py."""
+Helpers the tests import live in helpers.py, record and frame factories in factories.py.
+tests/unit starts no process (its conftest fails a test that does); tests/integration holds
+the tests with real processes, sidecars, sockets and browsers."""
 
 from __future__ import annotations
 
 import gc
 import os
+import sys
 
 import psutil
 import pytest
@@ -20,15 +23,20 @@ from workerscope.worker import link as launcher
 TEST_ENV = {"WORKERSCOPE_BYE_TIMEOUT": "0.3"}
 os.environ.update(TEST_ENV)
 
+# Test modules share their fixed timelines and browser helpers by import (`from test_deaths
+# import death_timeline`), across tests/unit and tests/integration: both are on the path
+# whichever of them is run.
+HERE = os.path.dirname(os.path.abspath(__file__))
+for _folder in ("unit", "integration"):
+    if os.path.join(HERE, _folder) not in sys.path:
+        sys.path.append(os.path.join(HERE, _folder))
+
 
 @pytest.fixture(scope="session", autouse=True)
-def _mp_resource_tracker():
-    """multiprocessing's tracker keeps a pipe open for the session once a spawn pool starts it:
-    start it first, so it is not counted as a test's leak."""
-    from multiprocessing import resource_tracker
-
-    resource_tracker.ensure_running()
-    try:  # matplotlib keeps its font file open once it has drawn text: open it now
+def _matplotlib_font():
+    """matplotlib keeps its font file open once it has drawn text: open it first, so it is not
+    counted as a test's leak."""
+    try:
         import matplotlib
 
         matplotlib.use("Agg")

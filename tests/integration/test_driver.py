@@ -24,7 +24,7 @@ from workerscope.driver.keys import endpoint_for, new_key
 from workerscope.transport import dealer
 from workerscope.worker import link as launcher
 
-TESTS = os.path.dirname(__file__)
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where jobs.py is
 
 
 def test_64_jobs_over_4_workers(clean_env):

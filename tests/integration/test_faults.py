@@ -19,7 +19,7 @@ from workerscope import Subscriber, load, monitor, profiled, protocol
 from workerscope.transport import dealer
 from workerscope.worker import link as launcher
 
-TESTS = os.path.dirname(__file__)
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where jobs.py is
 
 
 def test_worker_sigkilled_mid_job_still_delivers(clean_env, tmp_path):

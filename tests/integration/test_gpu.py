@@ -14,7 +14,7 @@ import pytest
 from workerscope import monitor
 
 MB = 1024 * 1024
-HERE = os.path.dirname(__file__)
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where fake_nvml/ is
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from workerscope.procfs import cgroup_mounts, parse_stat_exit, read_memory_cgrou
 from workerscope.sidecar.death import DeathWatch, find_oom_record
 from workerscope.timeline import Job, Timeline
 
-TESTS = os.path.dirname(__file__)
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where jobs.py is
 LIMIT = 64 * 1024 * 1024
 
 

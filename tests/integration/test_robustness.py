@@ -21,7 +21,7 @@ from workerscope.errors import ConfigError
 from workerscope.transport import dealer
 from workerscope.worker import link as launcher
 
-TESTS = os.path.dirname(__file__)
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where jobs.py is
 
 
 def test_unencodable_attributes_do_not_break_the_job(clean_env):

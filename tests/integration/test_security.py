@@ -26,7 +26,7 @@ from workerscope.driver.keys import endpoint_for, new_key
 from workerscope.errors import WorkerscopeError
 from workerscope.transport import MAX_FRAME_BYTES, dealer
 
-TESTS = os.path.dirname(__file__)
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where jobs.py is
 
 
 def _eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:

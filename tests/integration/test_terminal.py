@@ -13,7 +13,7 @@ from workerscope import Timeline
 from workerscope.export.csv import to_csv
 from workerscope.export.terminal import gantt, report
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
+GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "golden")
 S = 1_000_000_000
 
 
