@@ -180,6 +180,18 @@ class Jobs:
             self.version += 1
 
 
+# A span begun but not ended when the reader saw it (RingReader.open, seq -> its OpenSpan): a
+# list, not an object, as the reader makes one for every span still open at a read. Its items:
+# kind (protocol.RECORD_SPAN or RECORD_MARK), job, span id, parent, name id, start (monotonic
+# ns), tid, and whether it is too old for its end to be patched into its slot (OPEN_OLD: its
+# end comes as an F_END record instead). A span's forms, from the worker to the views: words
+# in a ring slot (this module's layout), an OpenSpan while it runs, a protocol.SpanRecord
+# (a tuple; an array on the wire), a timeline.Span.
+OPEN_START = 5
+OPEN_OLD = 7
+OpenSpan = list[Any]
+
+
 class RingReader:
     """Reads one process's ring: new records, the ends of open spans, names and extras.
 
@@ -212,7 +224,7 @@ class RingReader:
         self.next_seq = 1
         self.lost = 0  # records overwritten before they were read, ends never seen
         # seq -> [kind, job, id, parent, name id, start, tid, no_patch]
-        self.open: dict[int, list[Any]] = {}
+        self.open: dict[int, OpenSpan] = {}
         self.names: dict[int, tuple[str, dict[str, Any] | None]] = {}
         self.threads: list[tuple[int, str]] = []  # new since the last read
         self._names_at = 0
@@ -289,7 +301,7 @@ class RingReader:
             end = words[i + 4]
             if flags & F_MARK:
                 opened[seq] = [protocol.RECORD_MARK, job, sid, parent, what & LOW32, start, tid,
-                               c_pre - seq >= half]
+                               c_pre - seq >= half]  # an OpenSpan
             elif 0 < end < ERR_BIT and seq not in extras:  # ended, no error, no extras
                 name, attrs = names.get(what & LOW32) or _UNNAMED
                 append(new(record, (protocol.RECORD_SPAN, job, sid, parent, name, start,
@@ -297,7 +309,7 @@ class RingReader:
                 continue
             else:
                 opened[seq] = [protocol.RECORD_SPAN, job, sid, parent, what & LOW32, start, tid,
-                               c_pre - seq >= half]
+                               c_pre - seq >= half]  # an OpenSpan
             if end:
                 done.append((seq, end))
         self._finish(out, done, final, now_ns)
@@ -333,7 +345,7 @@ class RingReader:
                 out.append(self._complete(span, seq, end, False))
         if final:
             for seq, span in sorted(self.open.items()):
-                out.append(self._complete(span, seq, max(now_ns, span[5]), True))
+                out.append(self._complete(span, seq, max(now_ns, span[OPEN_START]), True))
             self.open.clear()
         self._prune()
 
@@ -406,16 +418,16 @@ class RingReader:
                 if end:
                     done.append((seq, end))
                 elif c_pre - seq >= cap // 2:
-                    span[7] = True  # too old to be patched now: its end comes as an F_END record
-            elif not span[7]:
+                    span[OPEN_OLD] = True  # too old to be patched now: its end comes as F_END
+            elif not span[OPEN_OLD]:
                 # Overwritten, and its end may have been patched in just before: unknowable.
                 del self.open[seq]
                 self.lost += 1
         return done
 
     # -- records -> spans --------------------------------------------------------------------
-    def _complete(self, span: list[Any], seq: int, end: int, cut: bool) -> protocol.SpanRecord:
-        kind, job, sid, parent, nid, start, tid = span[:7]
+    def _complete(self, span: OpenSpan, seq: int, end: int, cut: bool) -> protocol.SpanRecord:
+        kind, job, sid, parent, nid, start, tid = span[:OPEN_OLD]
         name, attrs = self.names.get(nid) or _UNNAMED
         extra = self._extras.pop(seq, None)
         error = None
