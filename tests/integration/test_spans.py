@@ -139,4 +139,5 @@ def test_exception_in_monitor_block_marks_job_error(clean_env):
     with pytest.raises(ZeroDivisionError), m:
         _ = 1 / 0
     (job,) = m.timeline.jobs
-    assert (job.name, job.status, job.error) == ("bad-job", "error", "ZeroDivisionError")
+    assert (job.name, job.status, job.error) == ("bad-job", "error",
+                                                "ZeroDivisionError: division by zero")
