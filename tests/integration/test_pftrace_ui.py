@@ -18,7 +18,7 @@ from helpers import burn, burn_code, python_script
 from perfetto_ui import PerfettoUI, requirements
 
 from workerscope import monitor
-from workerscope.export.counters import counter_groups, counter_name, is_idle_thread, track_points
+from workerscope.export.counters import counter_groups, counter_name, track_points
 from workerscope.timeline import Timeline
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
@@ -46,7 +46,7 @@ def expected(t: Timeline) -> tuple[dict[Key, Points], set[Key]]:
         points = track_points(g)
         for metric, pts in points.items():
             key = (owner, counter_name(g.scope, metric, g.tid))
-            if is_idle_thread(g, points):
+            if g.scope == "thread" and all(v == 0 for p in points.values() for _, v in p):
                 idle.add(key)
             else:
                 want[key] = pts

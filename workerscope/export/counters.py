@@ -109,6 +109,14 @@ def track_points(group: CounterGroup) -> dict[str, list[tuple[int, float]]]:
     return {metric: points[metric] for metric in sorted(points)}
 
 
-def is_idle_thread(group: CounterGroup, points: dict[str, list[tuple[int, float]]]) -> bool:
-    """A thread's group whose every point is 0 (its CPU never moved while it was watched)."""
-    return group.scope == "thread" and all(v == 0 for pts in points.values() for _, v in pts)
+def counter_metrics(group: CounterGroup) -> list[str]:
+    """The counters of a group that have a point (track_points' keys), in name order, without
+    holding the points; none for a thread whose every point is 0 (its CPU never moved while it
+    was watched)."""
+    seen: set[str] = set()
+    moved = group.scope != "thread"
+    for _, values in group_values(group):
+        for metric, value in values:
+            seen.add(metric)
+            moved = moved or value != 0
+    return sorted(seen) if moved else []

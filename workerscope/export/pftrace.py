@@ -35,7 +35,7 @@ from ..errors import WorkerscopeError
 from ..timeline import Job, Mark, Span, Timeline, write_atomic
 from .attribution import NOT_FAILED
 from .chrome import span_args, split_nested
-from .counters import CounterGroup, counter_groups, counter_name, is_idle_thread, track_points
+from .counters import CounterGroup, counter_groups, counter_metrics, counter_name, track_points
 from .pftrace_packets import BOOTTIME, INT64, REALTIME, PacketSequence, Tracks, Writer
 
 
@@ -81,8 +81,8 @@ def _write(t: Timeline, w: Writer) -> None:
     tree.hosts(devices)
     _slices(t, w, tree.tracks, tree.thread_track, t0)
     _failed_jobs(t, w, tree.worker_track, machines.of, t0)
-    for m, tracks in tree.counters:
-        _counter_events(w, m, tracks, t0)
+    for g, m, uuids in tree.counters:
+        _counter_events(w, g, m, uuids, t0)
 
 
 class _Machines:
@@ -142,8 +142,7 @@ class _TrackTree:
         # (worker, pid, tid) -> (its track, machine, the track of its process)
         self.thread_track: dict[tuple[str, int, int], tuple[int, int, int]] = {}
         self.worker_track: dict[str, int] = {}
-        # per group: its machine, and each of its tracks' uuid and points
-        self.counters: list[tuple[int, list[tuple[int, list[tuple[int, float]]]]]] = []
+        self.counters: list[tuple[CounterGroup, int, dict[str, int]]] = []  # group, machine, metric -> uuid
 
     def worker(self, wid: str, pids: set[int], threads: dict[tuple[str, int], set[int]],
                by_proc: dict[tuple[str, int], list[CounterGroup]]) -> None:
@@ -193,12 +192,11 @@ class _TrackTree:
                     self._counter_tracks(g, parent, m)
 
     def _counter_tracks(self, g: CounterGroup, parent: int, m: int) -> None:
-        points = track_points(g)
-        if is_idle_thread(g, points):
-            return
-        self.counters.append((m, [
-            (self.tracks.add(m, parent, counter_name(g.scope, metric, g.tid), True).uuid, pts)
-            for metric, pts in points.items()]))
+        metrics = counter_metrics(g)
+        if metrics:
+            self.counters.append((g, m, {
+                metric: self.tracks.add(m, parent, counter_name(g.scope, metric, g.tid), True).uuid
+                for metric in metrics}))
 
 
 def _slices(t: Timeline, w: Writer, tracks: Tracks,
@@ -268,12 +266,13 @@ def _failed_jobs(t: Timeline, w: Writer, worker_track: dict[str, int], machine_o
             seq.annotate(p, te, {k: v for k, v in args.items() if v is not None})
 
 
-def _counter_events(w: Writer, m: int, tracks: list[tuple[int, list[tuple[int, float]]]],
-                    t0: int) -> None:
+def _counter_events(w: Writer, g: CounterGroup, m: int, uuids: dict[str, int], t0: int) -> None:
     """A group's counters on one sequence, one event per value, in time order; a value equal
-    to its track's previous one is left out, except the track's last."""
+    to its track's previous one is left out, except the track's last. One group's points are
+    held at a time."""
     events: list[tuple[int, int, float]] = []
-    for uuid, points in tracks:
+    for metric, points in track_points(g).items():
+        uuid = uuids[metric]
         prev: float | None = None
         for t_ns, v in points[:-1]:
             if v != prev:
