@@ -286,10 +286,15 @@ class Subscriber:
         self._stop.clear()
         self._closed_wall = None
         self._state.record = self._record
-        self._thread = threading.Thread(target=self._rx.run, args=(sock, conns, self._stop),
+        # The thread runs a method of ours, not of the Receiver: a started Subscriber stays
+        # alive until closed, never collected (its context terminated) under its own thread.
+        self._thread = threading.Thread(target=self._receive, args=(sock, conns),
                                         name="workerscope-subscriber", daemon=True)
         self._thread.start()
         return self
+
+    def _receive(self, sock: zmq.Socket[bytes], conns: Connections) -> None:
+        self._rx.run(sock, conns, self._stop)
 
     def _open_record(self) -> RecordWriter:
         if self._record is not None and self.record_path is not None:
