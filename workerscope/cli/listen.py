@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -82,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+LOST_EVERY = 0.25  # seconds between two looks at the workers' counts of lost frames
+
+
 class _FrameLines:
     """The on_frame of a listen that is not quiet: a line per frame, and a `lost` line when
     a worker's count of lost frames grows."""
@@ -90,6 +94,7 @@ class _FrameLines:
         self.frame_line = frame_line
         self.sub: Subscriber | None = None  # set once the Subscriber it serves is made
         self.lost_seen: dict[str, int] = {}
+        self.looked = 0.0  # when sub.lost was last looked at
 
     def __call__(self, frame: protocol.Frame) -> None:
         try:
@@ -97,11 +102,16 @@ class _FrameLines:
         except (TypeError, ValueError):
             line = f"{frame.kind:<9} {frame.worker}  (body not shown: unexpected values)"
         print(line, flush=True)
-        lost = self.sub.lost.get(frame.worker, 0) if self.sub is not None else 0
-        seen = self.lost_seen.get(frame.worker, 0)
-        if lost > seen:
-            print(f"lost      {frame.worker}  {lost - seen} frame(s)", flush=True)
-            self.lost_seen[frame.worker] = lost
+        now = time.monotonic()
+        if self.sub is None or now - self.looked < LOST_EVERY:
+            return
+        # sub.lost is a copy of every worker's count: taken a few times a second, not per frame
+        self.looked = now
+        for wid, lost in self.sub.lost.items():
+            seen = self.lost_seen.get(wid, 0)
+            if lost > seen:
+                print(f"lost      {wid}  {lost - seen} frame(s)", flush=True)
+                self.lost_seen[wid] = lost
 
 
 def _wait(sub: Subscriber, jobs: int | None, stop: threading.Event) -> None:

@@ -35,6 +35,13 @@ from zmq.utils.monitor import parse_monitor_message
 from .keys import ZapHandler
 
 log = logging.getLogger("workerscope.driver")
+# What the driver says at the first connection whose handshake it refused.
+KEY_REFUSED = ("refused a connection whose handshake failed: a sender without this driver's "
+               "key (a worker given another driver's endpoint, an old one, or one cut short) "
+               "or not a workerscope sender at all; counted in refused['handshakes'] from "
+               "now on. Give workers this driver's endpoint whole, with its ?curve=... part; a "
+               "driver started again hands out the same one only with the same key "
+               "(Subscriber(key=...), listen --key-file)")
 
 # Descriptors kept for the program itself, below the process's limit.
 RESERVE_FDS = 256
@@ -98,6 +105,7 @@ class Connections:
         self.owner: dict[str, bytes] = {}  # worker -> the routing id that speaks for it
         self._ended: deque[int] = deque()  # descriptors of connections gone, for the bindings
         self._warned_at = 0.0
+        self._said_refused = False  # the first failed handshake is said, once
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -154,6 +162,9 @@ class Connections:
                 self._ended.append(value)
             elif kind & _HANDSHAKE_FAILED:
                 self.failed_handshakes += 1
+                if not self._said_refused and value not in self._hung:
+                    self._said_refused = True
+                    log.warning(KEY_REFUSED)
             elif kind == zmq.EVENT_ACCEPT_FAILED:
                 self.accept_failures += 1
                 self._warn(f"accept() failed: {os.strerror(value)} (descriptors run out?)")
