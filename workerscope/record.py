@@ -71,12 +71,16 @@ class Facts:
     last_wall: dict[str, int] = field(default_factory=dict)  # each worker's last frame
     notes: dict[str, list[str]] = field(default_factory=dict)  # the driver's, per worker
     closed_wall: int | None = None  # when the driver closed; None while it runs
+    # When the driver first found each dead worker gone: the end of what it left open, for a
+    # worker that sends nothing between its job's edges (light mode) and so has no last frame
+    # near its death.
+    gone_wall: dict[str, int] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return protocol.encode_blob({
             "clocks": {w: list(c) for w, c in self.clocks.items()}, "lost": self.lost,
             "dropped": self.dropped, "states": self.states, "last_wall": self.last_wall,
-            "notes": self.notes, "closed_wall": self.closed_wall})
+            "notes": self.notes, "closed_wall": self.closed_wall, "gone_wall": self.gone_wall})
 
     @classmethod
     def decode(cls, data: bytes) -> Facts:
@@ -94,7 +98,8 @@ class Facts:
                 states={_str(w): _str(s) for w, s in _map(raw.get("states")).items()},
                 last_wall={_str(w): _int(t) for w, t in _map(raw.get("last_wall")).items()},
                 notes={_str(w): [_str(n) for n in ns] for w, ns in _map(raw.get("notes")).items()},
-                closed_wall=None if closed is None else _int(closed))
+                closed_wall=None if closed is None else _int(closed),
+                gone_wall={_str(w): _int(t) for w, t in _map(raw.get("gone_wall")).items()})
         except (TypeError, ValueError) as err:
             raise ProtocolError(f"malformed driver facts in a record: {err}") from err
 
@@ -362,13 +367,23 @@ def read_record(path: str | os.PathLike[str], limit: int | None = None,
     return t
 
 
+def _silent_between_edges(wid: str) -> bool:
+    """Whether a worker sends no frame while its job runs (light mode: no sidecar, no
+    heartbeats), so that its last frame says nothing of when it died."""
+    return protocol.parse_worker_id(wid).sidecar == "light"
+
+
 def _apply(builder: TimelineBuilder, facts: Facts, live: bool) -> Timeline:
     """Fold in what the driver knew: clocks, loss, states; jobs still open on a worker that
     went silent, died or outlived the driver end as lost (unless `live`: the driver is still
     listening, and the job still running)."""
     gave_up: dict[str, tuple[int, str]] = {}
     for wid, state in facts.states.items():
-        if state in (Status.STALE, Status.DEAD):
+        if state == Status.DEAD and wid in facts.gone_wall and _silent_between_edges(wid):
+            gave_up[wid] = (facts.gone_wall[wid], "its worker died inside it, no bye: a "
+                            "light worker sends nothing while a job runs, so it ends where the "
+                            "driver found the worker gone (within a second of its death)")
+        elif state in (Status.STALE, Status.DEAD):
             gave_up[wid] = (facts.last_wall.get(wid, 0), f"its worker went {state}: silent "
                             "since its last frame, no bye")
         elif state in (Status.RUNNING, Status.IDLE) and builder.has_open_job(wid) and (

@@ -70,6 +70,7 @@ class ReceiveState:
         self.next_seq: dict[str, int] = {}
         self.last_seen: dict[str, float] = {}  # monotonic
         self.last_wall: dict[str, int] = {}
+        self.gone_wall: dict[str, int] = {}  # when each dead worker was first found gone
         self.anchored: set[str] = set()  # workers whose clock anchor is known (or never will be)
         self.introduced: set[str] = set()  # workers whose hello was folded in (or a heartbeat's)
 
@@ -128,6 +129,7 @@ class ReceiveState:
                     if self.replies.local(w) and not any(psutil.pid_exists(p) for p in
                                                          (w.pid, w.sidecar_pid) if p):
                         status = Status.DEAD
+                        self.gone_wall.setdefault(wid, time.time_ns())
                     elif now - self.last_seen.get(wid, now) > self.limits.stale_after:
                         status = Status.STALE
                     elif not self.live.open_jobs(wid):
@@ -158,7 +160,8 @@ class ReceiveState:
                     notes.setdefault(wid, []).append(missed)
             return Facts(clocks=self.replies.clocks.offsets(), lost=dict(self.lost),
                          dropped=dict(self.dropped), states=self.states(),
-                         last_wall=dict(self.last_wall), notes=notes, closed_wall=closed_wall)
+                         last_wall=dict(self.last_wall), notes=notes, closed_wall=closed_wall,
+                         gone_wall=dict(self.gone_wall))
 
     def write_facts(self, closed_wall: int | None = None) -> None:
         """Append the facts to the record (the receive thread, or the closing one)."""
