@@ -11,16 +11,13 @@ import sys
 
 import psutil
 import pytest
-from helpers import SampleCounter, is_mp_helper, open_fds, orphan_sidecars
+from helpers import TEST_ENV, SampleCounter, is_mp_helper, open_fds, orphan_sidecars
 
 from workerscope.worker import light
 from workerscope.worker import link as launcher
 
-# Settings of the test environment, set before anything starts so sidecars, pool workers and
-# CLI subprocesses inherit them; clean_env keeps them. A sidecar whose driver has gone (the
-# test closed its Subscriber first) waits bye_timeout for an ack that never comes: 2 s by
-# default, in the teardown of a dozen tests. A test of the bye and its ack sets its own.
-TEST_ENV = {"WORKERSCOPE_BYE_TIMEOUT": "0.3"}
+# The test environment's settings (helpers.TEST_ENV), set before anything starts so sidecars,
+# pool workers and CLI subprocesses inherit them; clean_env keeps them.
 os.environ.update(TEST_ENV)
 
 # Test modules share their fixed timelines and browser helpers by import (`from test_deaths

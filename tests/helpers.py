@@ -20,6 +20,13 @@ import psutil
 from workerscope import Subscriber, Timeline, protocol
 from workerscope.worker import link as launcher
 
+# Settings of the test environment, which conftest.py sets for every test. A sidecar whose
+# driver has gone (the test closed its Subscriber first) waits bye_timeout for an ack that never
+# comes: 2 s by default, in the teardown of a dozen tests. A test of the bye and its ack sets its
+# own. Here, not in conftest.py: `from conftest import` would find tests/unit's or
+# tests/integration's conftest first.
+TEST_ENV = {"WORKERSCOPE_BYE_TIMEOUT": "0.3"}
+
 
 def python_script(code: str) -> list[str]:
     """argv running `code` (dedented) in a fresh interpreter."""

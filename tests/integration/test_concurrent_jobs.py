@@ -12,8 +12,7 @@ import time
 from itertools import accumulate, pairwise
 
 import pytest
-from conftest import TEST_ENV
-from helpers import burn
+from helpers import TEST_ENV, burn
 
 from workerscope import Subscriber, Timeline, monitor, span
 from workerscope.export.html import to_html

@@ -11,11 +11,7 @@ import threading
 import time
 
 import pytest
-
-try:
-    from helpers import python_script
-except ImportError:  # helpers are moving out of conftest.py
-    from conftest import python_script
+from helpers import python_script
 
 from workerscope import Subscriber, protocol
 from workerscope.builder import TimelineBuilder
