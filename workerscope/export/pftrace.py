@@ -1,4 +1,5 @@
-"""Perfetto's native protobuf trace (.pftrace): ~40 bytes a span, for ui.perfetto.dev at any size.
+"""Perfetto's native protobuf trace (.pftrace): ~48 bytes a span, counters included, for
+ui.perfetto.dev at any size.
 
 Built with the `perfetto` package's generated protos (the `trace` extra), never by hand. Packets
 go into a `Trace` message that is written out and cleared every CHUNK packets
@@ -14,16 +15,17 @@ What the UI shows:
 - per host, one `host <name>` track with the machine's host.* and gpu<i>.* counters once
   (counters.py groups, names and rates counters for this trace and the Chrome one alike).
 
-Size: each track's events form a packet sequence of their own, with an incremental clock
+Size: each track's slices form a packet sequence of their own, with an incremental clock
 (timestamps are deltas from the previous packet: 3-4 bytes, not 9), the track as a sequence
 default (no uuid per event), and slice names and argument names interned per sequence. A
-group's counters (counters.py) share a sequence, one event per value on its track: Perfetto's
-UI (its WASM trace processor) misread values packed into one event's extra_counter_values,
-reading some as 0. A value equal to its track's previous one is left out, except the track's
-last (a counter holds its value until the next, and the track ends where its samples end). A
-thread whose counters never move from 0 gets no counter tracks. Slices carry their
-attrs, error, cut_short and a job's death; per-span resource attribution stays in the .json
-and the HTML report (~50 bytes a span more here).
+group's counters (counters.py) share a sequence, one event per value (~24 bytes) naming its
+track: Perfetto's UI (its WASM trace processor) misread values packed into one event's
+extra_counter_values (~14 bytes a value), reading some as 0; a sequence per counter track
+came out larger still, its deltas no longer 0 within a sample. A value equal to its track's
+previous one is left out, except the track's last (a counter holds its value until the next,
+and the track ends where its samples end). A thread whose counters never move from 0 gets no
+counter tracks. Slices carry their attrs, error, cut_short and a job's death; per-span
+resource attribution stays in the .json and the HTML report (~50 bytes a span more here).
 """
 
 from __future__ import annotations
