@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workerscope.procfs import Io, parse_io, parse_stat
+from workerscope.procfs import Io, parse_io, parse_stat, parse_tick
 
 # Fields 3.. of a real stat line (a sleeping process), after "PID (COMM) ".
 _REST = (b"S 1 100 100 0 -1 4194560 120 0 0 0 7 3 11 5 20 0 4 0 123456 10485760 2560 "
@@ -69,3 +69,35 @@ def test_io_in_another_order():
 def test_io_empty():
     """An empty io text (the process died between its reads) gives every counter None."""
     assert parse_io(b"") == Io(None, None, None, None)
+
+
+_IO = (b"rchar: 100\nwchar: 200\nsyscr: 3\nsyscw: 4\nread_bytes: 4096\n"
+       b"write_bytes: 8192\ncancelled_write_bytes: 0\n")
+
+
+def test_tick_agrees_with_parse_stat_and_parse_io():
+    """parse_tick gives parse_stat's tick fields and parse_io's counters for the same texts."""
+    for stat in (b"42 (python3) " + _REST, b"42 ((a) (b) c)) " + _REST,
+                 b"42 (p) " + b" ".join(_REST.split(b" ")[:22]) + b"\n"):
+        st, tick = parse_stat(stat), parse_tick(stat, _IO)
+        assert st is not None and tick is not None
+        assert tick == (st.comm, st.state, st.utime, st.stime, st.cutime, st.cstime,
+                        st.num_threads, st.rss, st.vsize != 0, (100, 200, 4096, 8192))
+
+
+def test_tick_io_by_name_where_not_in_the_kernel_order():
+    """An io text without storage fields, in another order, or empty gives parse_io's Io."""
+    stat = b"42 (p) " + _REST
+    for io in (b"rchar: 100\nwchar: 200\nsyscr: 3\nsyscw: 4\n",
+               b"wchar: 2\nread_bytes: 3\nrchar: 1\nsyscr: 9\nsyscw: 9\nfoo: 5\n", b""):
+        tick = parse_tick(stat, io)
+        assert tick is not None and tick[-1] == parse_io(io) and isinstance(tick[-1], Io)
+
+
+def test_tick_unmapped_and_bad_stat():
+    """vsize 0 reads unmapped; a stat cut short or garbage is None whatever the io."""
+    tick = parse_tick(b"42 (p) " + _REST.replace(b" 10485760 ", b" 0 "), _IO)
+    assert tick is not None and tick[8] is False
+    assert parse_tick(b"", _IO) is None
+    assert parse_tick(b"42 (p) S 1 100", _IO) is None
+    assert parse_tick(b"42 (p) " + _REST.replace(b" 7 ", b" x "), _IO) is None

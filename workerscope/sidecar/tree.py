@@ -33,10 +33,11 @@ import errno
 import logging
 import os
 import time
-from typing import Any, NamedTuple
+from operator import itemgetter
+from typing import Any, Final
 
 from .. import procfs
-from ..procfs import parse_io, parse_stat, reset_peak
+from ..procfs import parse_stat, parse_tick, reset_peak
 from . import leavers
 
 _SELF = os.getpid()
@@ -61,73 +62,73 @@ ALL_THREADS_MAX = 64
 _GONE = (ProcessLookupError, FileNotFoundError)
 
 log = logging.getLogger("workerscope.sidecar")
-_new = tuple.__new__
 
 
-class Reading(NamedTuple):
-    """What one member adds to the tree's values at one tick. A member skipped as quiet gives
-    its last one again (see ProcessTree.read), so a value added here reaches both paths; the
-    names after the CPU times are the tree's, each summed over the members by TreeTotals."""
-
-    cpu_user: float  # its own and its reaped children's, which the kernel adds to a parent's
-    cpu_system: float
-    rss_bytes: int
-    num_threads: int
-    peak_rss_bytes: int  # its VmHWM, at least its RSS
-    read_chars: int | None  # None: not read this time (unreadable, or not on this kernel)
-    write_chars: int | None
-    read_bytes: int | None
-    write_bytes: int | None
-    ctx_switches_voluntary: int | None  # the slow tier's
-    ctx_switches_involuntary: int | None
-    num_fds: int | None
-    uss_bytes: float | None  # the USS tier's
-    pss_bytes: float | None
-
-
-# The values of Reading that are read only on a tier: another tick carries them over from an
-# older reading (or has none), so the tree has no total of them then.
-_SLOW_TIER = frozenset({"ctx_switches_voluntary", "ctx_switches_involuntary", "num_fds"})
-_USS_TIER = frozenset({"uss_bytes", "pss_bytes"})
-_SUMMED = Reading._fields[2:]
-_NO_READING = Reading(0.0, 0.0, 0, 0, 0, None, None, None, None, None, None, None, None, None)
-_NO_IO: tuple[None, None, None, None] = (None, None, None, None)
-_NO_CTX = (None, None)
-_NO_USS = (None, None)
+# What one member adds to the tree's values at one tick: a plain tuple of these, in this order,
+# each summed over the members under its name by tree_sums (a NamedTuple made per member per
+# tick cost more than the sums). A member skipped as quiet gives its last one again (see
+# ProcessTree.read), so a value added here reaches both paths. CPU times are a member's own
+# and its reaped children's, which the kernel adds to a parent's; peak_rss_bytes its VmHWM, at
+# least its RSS; None: not read (unreadable, or not on this kernel).
+READING_FIELDS = ("cpu_user_s", "cpu_system_s", "rss_bytes", "num_threads", "peak_rss_bytes",
+                  "read_chars", "write_chars", "read_bytes", "write_bytes",
+                  "ctx_switches_voluntary", "ctx_switches_involuntary", "num_fds",  # slow tier
+                  "uss_bytes", "pss_bytes")  # USS tier
+Reading = tuple[float, float, int, int, int, int | None, int | None, int | None, int | None,
+                int | None, int | None, int | None, float | None, float | None]
+_CPU_USER: Final = 0
+_CPU_SYSTEM: Final = 1
+_RSS: Final = 2
+_PEAK: Final = 4
+# Read only on a tier: another tick carries them over from an older reading, so the tree has
+# no total of them then.
+_SLOW_TIER = (9, 10, 11)
+_USS_TIER = (12, 13)
+_NO_READING: Reading = (0.0, 0.0, 0, 0, 0, None, None, None, None, None, None, None, None, None)
+_NO_CTX: tuple[int | None, int | None] = (None, None)
+_NO_USS: tuple[float | None, float | None] = (None, None)
 
 
-class TreeTotals:
-    """The tree's sums over one tick's readings: add(reading) for each member, then sums().
+def _columns(slow: bool, uss: bool) -> tuple[tuple[str, ...], itemgetter[Any]]:
+    """The names summed on a tick of these tiers, and what picks their columns."""
+    picked = (*range(9), *(_SLOW_TIER if slow else ()), *(_USS_TIER if uss else ()))
+    return tuple(READING_FIELDS[i] for i in picked), itemgetter(*picked)
 
-    add is the list's own append and the sums are taken by column at the end: in C, that costs
-    less than a Python add per value per member in the tick's hot loop."""
 
-    __slots__ = ("add", "readings", "start_system", "start_user")
+_COLUMNS = {(slow, uss): _columns(slow, uss) for slow in (False, True) for uss in (False, True)}
 
-    def __init__(self, start_user: float = 0.0, start_system: float = 0.0) -> None:
-        self.readings: list[Reading] = []
-        self.add = self.readings.append
-        # CPU of members gone without being reaped inside the tree, so the totals never fall.
-        self.start_user = start_user
-        self.start_system = start_system
 
-    def sums(self, slow: bool = True, uss: bool = True) -> dict[str, float]:
-        """cpu_user_s and cpu_system_s (from the start values), then each of Reading's values
-        summed, in its order; absent where a member lacks it, or its tier was not read now."""
-        out = {"cpu_user_s": self.start_user, "cpu_system_s": self.start_system}
-        if not self.readings:
-            return out
-        cols = zip(*self.readings, strict=True)
-        out["cpu_user_s"] = sum(next(cols), self.start_user)
-        out["cpu_system_s"] = sum(next(cols), self.start_system)
-        skip = (frozenset() if slow else _SLOW_TIER) | (frozenset() if uss else _USS_TIER)
-        for name, col in zip(_SUMMED, cols, strict=True):
-            if name not in skip:
-                try:
-                    out[name] = sum(col)
-                except TypeError:
-                    pass  # a member without it (None): no total of it
+def tree_sums(readings: list[Reading], slow: bool = True, uss: bool = True) -> dict[str, float]:
+    """Each value of the readings summed under its name (READING_FIELDS); absent where a
+    member lacks it (None), or its tier (slow, uss) was not read now. Nothing for no readings.
+
+    By column, in C (zip, map, sum): less than a Python add per value per member would cost
+    in the tick's hot loop."""
+    if not readings:
+        return {}
+    names, pick = _COLUMNS[slow, uss]
+    if len(readings) == 1:  # a worker without children: its values as they are, ~5x cheaper
+        values = pick(readings[0])
+        if None not in values:
+            return dict(zip(names, values, strict=True))
+        return {k: v for k, v in zip(names, values, strict=True) if v is not None}
+    cols = pick(list(zip(*readings, strict=True)))
+    try:
+        return dict(zip(names, map(sum, cols), strict=True))
+    except TypeError:  # a member without a value (None): no total of that one
+        out = {}
+        for name, col in zip(names, cols, strict=True):
+            try:
+                out[name] = sum(col)
+            except TypeError:
+                continue
         return out
+
+
+def _add_io(values: dict[str, float], io: procfs.Io) -> procfs.Io:
+    """The io counters that were read into values (a reading without some of them)."""
+    values.update({k: v for k, v in zip(IO_COUNTERS, io, strict=True) if v is not None})
+    return io
 
 
 def _open(path: str) -> int:
@@ -182,7 +183,7 @@ class Member:
     # A plain class, not a dataclass: making these three classes took ~4 ms of the sidecar's
     # start-up, which `workerscope run` pays once per command (issue 11).
     __slots__ = ("asleep", "children", "comm", "ctx", "followed", "fresh", "hwm", "io", "io_fd",
-                 "mapped", "name", "nthreads", "own_cpu", "ppid", "quiet", "ran", "reading",
+                 "mapped", "name", "nfds", "nthreads", "own_cpu", "ppid", "quiet", "ran", "reading",
                  "sched_fd", "smaps_fd", "start", "stat_fd", "status_fd", "t", "threads_seen",
                  "tick", "uss", "zombie")
 
@@ -213,10 +214,13 @@ class Member:
         self.reading = _NO_READING
         self.own_cpu = 0.0  # own CPU at t, the last rate's start
         self.t: int | None = None
-        self.io: procfs.Io | None = None  # the last read
-        self.ctx: tuple[int, int] | None = None  # voluntary, involuntary context switches
+        self.io: procfs.IoTick | procfs.Io | None = None  # the last read
+        # The last slow tier's voluntary and involuntary context switches and fd count, the
+        # last USS tier's (uss, pss): None where unread.
+        self.ctx: tuple[int | None, int | None] = _NO_CTX
+        self.nfds: int | None = None
+        self.uss: tuple[float | None, float | None] = _NO_USS
         self.hwm = 0  # last VmHWM read, bytes
-        self.uss: tuple[float, float] | None = None  # (uss, pss) of the last smaps_rollup
 
     def fds(self) -> list[int]:
         return [self.stat_fd, self.io_fd, self.status_fd, self.smaps_fd, self.sched_fd,
@@ -294,7 +298,7 @@ class ProcessTree:
         self._slow_t: int | None = None
         self._uss_t: int | None = None
         # This read()'s tiers, and the members it found gone (retired once it is done).
-        self._slow_now = self._uss_now = False
+        self._slow_now = self._uss_now = self._tiers_now = False
         self._vanished: list[int] = []
 
     def __del__(self) -> None:
@@ -647,13 +651,13 @@ class ProcessTree:
             for key, value in zip(IO_COUNTERS, m.io, strict=True):
                 if value is not None:
                     carried[key] = carried.get(key, 0) + value
-        if m.ctx is not None:
-            for key, value in zip(CTX_COUNTERS, m.ctx, strict=True):
+        for key, value in zip(CTX_COUNTERS, m.ctx, strict=True):
+            if value is not None:
                 carried[key] = carried.get(key, 0) + value
         if not reaped_inside:
             # Nobody in the tree will reap it, so its CPU would vanish from the sum.
-            self.carried_user += m.reading.cpu_user
-            self.carried_system += m.reading.cpu_system
+            self.carried_user += m.reading[_CPU_USER]
+            self.carried_system += m.reading[_CPU_SYSTEM]
         for thread in [k for k in self.threads if k[0] == pid]:
             _close(self.threads.pop(thread).fd)
 
@@ -672,9 +676,9 @@ class ProcessTree:
         slow, uss = self._tiers(now_ns, full)
         # A member read in full at every tier change; between them, a quiet one is not.
         quiet_ok = self.skip_quiet and not (slow or uss)
-        totals = TreeTotals(self.carried_user, self.carried_system)
+        readings: list[Reading] = []
         procs: list[list[Any]] = []
-        add, append, whole, quiet = totals.add, procs.append, self._read_whole, self._read_quiet
+        add, append, whole, quiet = readings.append, procs.append, self._read_whole, self._read_quiet
         vanished, pread = self._vanished, os.pread
         # The hot loop of the sidecar: one pread of stat and one of io per member, the fields
         # wanted and nothing else, or one of schedstat (see benchmarks/bench_sampler.py).
@@ -699,7 +703,7 @@ class ProcessTree:
         self._vanished = []
         for pid in vanished:
             self._retire(pid)
-        return self._tree_values(totals, slow, uss, now_ns), procs
+        return self._tree_values(readings, slow, uss, now_ns), procs
 
     def _tiers(self, now_ns: int, full: bool) -> tuple[bool, bool]:
         """Whether this read() is one of the slow tier, and one of the USS tier."""
@@ -710,6 +714,7 @@ class ProcessTree:
         uss = self._uss_now = self._uss_t is None or now_ns - self._uss_t >= self.uss_every_ns
         if uss:
             self._uss_t = now_ns
+        self._tiers_now = slow or uss
         return slow, uss
 
     def _read_quiet(self, m: Member, now_ns: int, ran: bytes) -> dict[str, float] | None:
@@ -729,20 +734,20 @@ class ProcessTree:
         if not m.quiet or last is None:
             return None
         values = last.copy()
-        own = values["cpu_user_s"] + values["cpu_system_s"]
         t = m.t
         if t is not None and now_ns - t >= self.min_rate_ns:
+            own = values["cpu_user_s"] + values["cpu_system_s"]
             values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - t) / 1e9) * 100.0
             m.own_cpu, m.t = own, now_ns
         reading = m.reading
-        rss, hwm = reading.rss_bytes, m.hwm
+        rss, hwm = reading[_RSS], m.hwm
         if m.mapped:  # as a whole read: a peak reset since (a job's start) restarts at the RSS
             if rss > hwm:
                 hwm = m.hwm = rss
             values["peak_rss_bytes"] = hwm
         peak = hwm if hwm > rss else rss
-        if peak != reading.peak_rss_bytes:  # a reset lowered it
-            m.reading = reading._replace(peak_rss_bytes=peak)
+        if peak != reading[_PEAK]:  # a reset lowered it
+            m.reading = (*reading[:4], peak, *reading[5:])  # at _PEAK; literals keep its type
         return values
 
     def _read_whole(self, pid: int, m: Member, now_ns: int, ran: bytes) -> dict[str, float] | None:
@@ -751,39 +756,40 @@ class ProcessTree:
         m.quiet = False
         fd = m.stat_fd
         try:
-            data = os.pread(fd, _CHUNK, 0) if fd >= 0 else _read_path(f"/proc/{pid}/stat")
-        except _GONE:
+            stat = os.pread(fd, _CHUNK, 0) if fd >= 0 else self._stat_by_path(pid, m)
+        except OSError as err:
+            self._unread(pid, err)
+            return None
+        fd = m.io_fd
+        try:
+            io = os.pread(fd, _CHUNK, 0) if fd >= 0 else self._io_by_path(pid, m)
+        except OSError as err:
+            io = self._io_failed(pid, m, err)
+        tick = parse_tick(stat, io)
+        if tick is None:  # gone (an empty read), or its pid now another process's
             self._vanished.append(pid)
             return None
-        except PermissionError:
-            self.unreadable.add(pid)
-            return None
-        st = parse_stat(data)
-        if st is None or (fd < 0 and st.starttime != m.start):
-            # Gone (an empty read); or the pid now belongs to another process.
-            self._vanished.append(pid)
-            return None
-        if st.comm != m.comm:
-            self._renamed(pid, m, st.comm)
-        state = st.state
+        comm, state, user_t, system_t, cuser_t, csystem_t, nthreads, pages, mapped, counters = tick
+        if comm != m.comm:
+            self._renamed(pid, m, comm)
         m.asleep = state != b"R"
-        if state == b"Z" and not m.zombie:
-            # It exited: its children now belong to a reaper, and the next walk sees it.
-            m.zombie = self._dirty = True
-        tick = _TICK
-        user, system, rss = st.utime / tick, st.stime / tick, st.rss * _PAGE
-        m.nthreads = nthreads = st.num_threads
-        io = self._read_io(pid, m)
-        rc, wc, rb, wb = io
+        if state == b"Z":
+            self._exited(m)
+        tick_s = _TICK
+        user, system, rss = user_t / tick_s, system_t / tick_s, pages * _PAGE
+        m.nthreads = nthreads
         values: dict[str, float]
-        if rc is not None and wc is not None and rb is not None and wb is not None:
+        if isinstance(counters, procfs.Io):  # unreadable, or a kernel without some of them
+            values = {"cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
+                      "num_threads": nthreads}
+            rc, wc, rb, wb = _add_io(values, counters)
+        else:
+            rc, wc, rb, wb = counters
             values = {"cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
                       "num_threads": nthreads, "read_chars": rc, "write_chars": wc,
                       "read_bytes": rb, "write_bytes": wb}
-        else:  # unreadable, or a kernel without some of them (no task IO accounting)
-            values = {"cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
-                      "num_threads": nthreads}
-            values.update({k: v for k, v in zip(IO_COUNTERS, io, strict=True) if v is not None})
+        if io:  # kept for when it leaves (not when it died between its stat and its io)
+            m.io = counters
         if nthreads == 1:
             if m.sched_fd == -1:  # read from the next tick on: this one is done
                 self._hold_schedstat(pid, m)
@@ -796,47 +802,57 @@ class ProcessTree:
         elif now_ns - t >= self.min_rate_ns:
             values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - t) / 1e9) * 100.0
             m.own_cpu, m.t = own, now_ns
-        if (self._slow_now or self._uss_now or m.fresh
-                or (_HAVE_CHILDREN_FILE and nthreads != m.threads_seen)):
-            uss = self._read_tiers(pid, m, values)
-        else:
-            uss = _NO_USS
+        if self._tiers_now or m.fresh or nthreads != m.threads_seen:
+            self._read_tiers(pid, m, values)
         hwm = m.hwm
-        m.mapped = st.vsize != 0
-        if m.mapped:  # vsize: the memory is still mapped (not a zombie, not dying)
+        m.mapped = mapped
+        if mapped:  # vsize: the memory is still mapped (not a zombie, not dying)
             # VmHWM is at least the RSS now: a peak between two status reads is kept.
             if rss > hwm:
                 hwm = m.hwm = rss
             values["peak_rss_bytes"] = hwm
-        ctx = m.ctx or _NO_CTX
-        m.reading = _new(Reading, (
-            user + st.cutime / tick, system + st.cstime / tick, rss, nthreads,
-            hwm if hwm > rss else rss, rc, wc, rb, wb, ctx[0], ctx[1], values.get("num_fds"),
-            uss[0], uss[1]))
+        # The peak, at least the RSS: hwm is, where mapped; an RSS unmapped is 0.
+        ctx, uss = m.ctx, m.uss
+        m.reading = (user + cuser_t / tick_s, system + csystem_t / tick_s, rss, nthreads, hwm,
+                     rc, wc, rb, wb, ctx[0], ctx[1], m.nfds, uss[0], uss[1])
         return values
 
-    def _read_io(self, pid: int, m: Member) -> procfs.Io | tuple[None, None, None, None]:
-        """The member's /proc/PID/io now (and kept, for when it leaves); each value None
-        where unreadable or not on this kernel."""
-        fd = m.io_fd
-        if fd < -1:
-            return _NO_IO
-        try:
-            data = os.pread(fd, _CHUNK, 0) if fd >= 0 else _read_path(f"/proc/{pid}/io")
-        except PermissionError:
+    def _stat_by_path(self, pid: int, m: Member) -> bytes:
+        """/proc/PID/stat read by path (its fd not held): b"" where the pid is another
+        process's now, as for one gone."""
+        data = _read_path(f"/proc/{pid}/stat")
+        st = parse_stat(data)
+        return data if st is not None and st.starttime == m.start else b""
+
+    def _unread(self, pid: int, err: OSError) -> None:
+        """A member whose stat could not be read: gone, or another user's."""
+        if isinstance(err, _GONE):
+            self._vanished.append(pid)
+        elif isinstance(err, PermissionError):
+            self.unreadable.add(pid)
+        else:
+            raise err
+
+    @staticmethod
+    def _io_by_path(pid: int, m: Member) -> bytes:
+        """/proc/PID/io read by path (its fd not held); b"" for one known unreadable."""
+        return b"" if m.io_fd < -1 else _read_path(f"/proc/{pid}/io")
+
+    def _io_failed(self, pid: int, m: Member, err: OSError) -> bytes:
+        """No io this time (b""); none ever again from another user's process."""
+        if isinstance(err, PermissionError):
             self.unreadable.add(pid)
             m.io_fd = -2
-            return _NO_IO
-        except OSError:
-            return _NO_IO
-        if not data:
-            return _NO_IO  # it died between its stat and its io
-        io = m.io = parse_io(data)
-        return io
+        return b""
 
-    def _read_tiers(self, pid: int, m: Member, values: dict[str, float]) -> tuple[float | None, float | None]:
-        """The tiers due of one member, into values: the slow one (and the first reading's),
-        a thread list that changed, USS. Returns (USS, PSS), None where not read now."""
+    def _exited(self, m: Member) -> None:
+        """m is a zombie now: its children belong to a reaper, and the next walk sees it."""
+        if not m.zombie:
+            m.zombie = self._dirty = True
+
+    def _read_tiers(self, pid: int, m: Member, values: dict[str, float]) -> None:
+        """The tiers due of one member, into values and m: the slow one (and the first
+        reading's), a thread list that changed, USS."""
         if self._slow_now or m.fresh:
             self._read_slow(pid, m, values)
             if _HAVE_CHILDREN_FILE:
@@ -845,13 +861,13 @@ class ProcessTree:
         elif _HAVE_CHILDREN_FILE and m.nthreads != m.threads_seen:
             self._list_threads(pid, m)
             self._dirty = True  # a new thread's children are in a file not walked yet
-        if not self._uss_now:
-            return _NO_USS
-        m.uss = self._uss(pid, m)
-        if m.uss is None:
-            return _NO_USS
-        values["uss_bytes"], values["pss_bytes"] = m.uss
-        return m.uss
+        if not _HAVE_CHILDREN_FILE:
+            m.threads_seen = m.nthreads  # no list to hold: not asked again until it changes
+        if self._uss_now:
+            uss = self._uss(pid, m)
+            m.uss = uss or _NO_USS
+            if uss is not None:
+                values["uss_bytes"], values["pss_bytes"] = uss
 
     def _hold_schedstat(self, pid: int, m: Member) -> None:
         try:
@@ -867,16 +883,16 @@ class ProcessTree:
         m.name = comm.decode(errors="replace")
         self.renamed.append((pid, m.ppid, m.name))
 
-    def _tree_values(self, totals: TreeTotals, slow: bool, uss: bool,
+    def _tree_values(self, readings: list[Reading], slow: bool, uss: bool,
                      now_ns: int) -> dict[str, float]:
-        """The tree's values from this tick's sums: totals that never fall (a member reaped
+        """The tree's values from this tick's readings: totals that never fall (a member reaped
         outside the tree keeps its share in `carried`), rates, and the tiers read now."""
-        sums = totals.sums(slow, uss)
-        n = len(totals.readings)
-        tree: dict[str, float] = {}
+        n = len(readings)
+        tree = tree_sums(readings, slow, uss)
         if n or self.carried_user or self.carried_system:
-            user = sums.pop("cpu_user_s")
-            total = max(user + sums.pop("cpu_system_s"), self.last_cpu_total)
+            user = tree.get("cpu_user_s", 0.0) + self.carried_user
+            total = user + tree.get("cpu_system_s", 0.0) + self.carried_system
+            total = max(total, self.last_cpu_total)
             tree["cpu_user_s"] = user
             tree["cpu_system_s"] = total - user
             tree["num_procs"] = n
@@ -887,18 +903,17 @@ class ProcessTree:
                 tree["cpu_percent"] = (total - self.last_cpu_total) / seconds * 100.0
                 self.last_cpu_total, self.last_t = total, now_ns
         if n:
-            for key, value in sums.items():
-                if key == "peak_rss_bytes":
-                    # An upper bound: the sum of each member's own peak, and members peak at
-                    # different times. It never misses a peak that fell between two samples.
-                    tree[key] = self.peak_rss = max(self.peak_rss, int(value))
-                elif key in COUNTERS:
+            # An upper bound: the sum of each member's own peak, and members peak at different
+            # times. It never misses a peak that fell between two samples.
+            if tree["peak_rss_bytes"] > self.peak_rss:
+                self.peak_rss = int(tree["peak_rss_bytes"])
+            tree["peak_rss_bytes"] = self.peak_rss
+            last, carried = self.last_counters, self.carried
+            for key in COUNTERS if slow else IO_COUNTERS:
+                if key in tree:
                     # An exited child not yet reaped has left the sum, and its parent's
                     # counters have not grown yet: hold the total until they do.
-                    tree[key] = self.last_counters[key] = max(self.carried.get(key, 0) + value,
-                                                              self.last_counters.get(key, 0))
-                else:
-                    tree[key] = value
+                    tree[key] = last[key] = max(carried.get(key, 0) + tree[key], last.get(key, 0))
         if self.unreadable:
             tree["unreadable_procs"] = len(self.unreadable & self.members.keys())
         return tree
@@ -911,19 +926,16 @@ class ProcessTree:
             data = (_pread_all(m.status_fd) if m.status_fd >= 0
                     else _read_path(f"/proc/{pid}/status"))
         except OSError:
-            m.ctx = None
+            m.ctx, m.nfds = _NO_CTX, None
             return
         status = procfs.parse_status(data, _STATUS_FIELDS)
         values.update(status)
         if "peak_rss_bytes" in status:
             m.hwm = int(status["peak_rss_bytes"])
-        if "ctx_switches_voluntary" in status and "ctx_switches_involuntary" in status:
-            m.ctx = (status["ctx_switches_voluntary"], status["ctx_switches_involuntary"])
-        else:
-            m.ctx = None
-        n = self._fd_count(pid)
-        if n is not None:
-            values["num_fds"] = n
+        m.ctx = (status.get("ctx_switches_voluntary"), status.get("ctx_switches_involuntary"))
+        m.nfds = self._fd_count(pid)
+        if m.nfds is not None:
+            values["num_fds"] = m.nfds
 
     @staticmethod
     def _fd_count(pid: int) -> int | None:
