@@ -196,6 +196,7 @@ class HeartbeatBody(TypedDict):
     jobs: list[int]
     hello: dict[str, Any]  # the hello's body less its metrics, for a driver that starts late
     open: list[dict[str, Any]]  # the open jobs' job_start bodies
+    spans_open: NotRequired[list[list[Any]]]  # [job, name]: the span each open job is in now
 
 
 class ByeBody(TypedDict):

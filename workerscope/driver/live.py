@@ -30,6 +30,7 @@ class WorkerLive:
     gpu_util: float | None = None  # mean util_percent over the GPUs of the last sample
     jobs: dict[int, tuple[str, float]] = field(default_factory=dict)  # id -> (name, started)
     span: str | None = None  # the name of the last span (or mark) recorded
+    inside: dict[int, str] = field(default_factory=dict)  # job -> the span it is in now
     failed_jobs: int = 0  # jobs that ended otherwise than ok
 
 
@@ -61,6 +62,8 @@ class LiveState:
                 w.failed_jobs += 1
         elif frame.kind == protocol.SPANS and b.get("records"):
             w.span = str(protocol.SpanRecord(*b["records"][-1]).name)  # an older one: shorter
+        elif frame.kind == protocol.HEARTBEAT:
+            w.inside = _spans_open(b.get("spans_open"))
 
     def open_jobs(self, wid: str) -> int:
         w = self.workers.get(wid)
@@ -82,7 +85,9 @@ class LiveState:
                 "worker": wid, "host": worker.host, "pid": worker.pid,
                 "status": states.get(wid, ""),
                 "job": ", ".join(name for name, _ in w.jobs.values()) or None,
-                "span": w.span, "cpu_percent": w.tree.get("cpu_percent") if busy else None,
+                # the span a running job is in now, else the last one recorded
+                "span": next((w.inside[j] for j in w.jobs if j in w.inside), w.span),
+                "cpu_percent": w.tree.get("cpu_percent") if busy else None,
                 "rss_bytes": w.tree.get("rss_bytes"),
                 "gpu_util_percent": w.gpu_util if busy else None,
                 "failed_jobs": w.failed_jobs, "lost": lost.get(wid, 0),
@@ -90,6 +95,23 @@ class LiveState:
                 "straggler": running is not None and is_straggler(running, done),
             })
         return rows
+
+
+MAX_OPEN = 64  # open jobs a heartbeat may name a span of
+MAX_NAME = 200
+
+
+def _spans_open(value: Any) -> dict[int, str]:
+    """A heartbeat's [[job, span name], ...], from an untrusted frame: what is well formed,
+    bounded; nothing where it is not."""
+    out: dict[int, str] = {}
+    if not isinstance(value, list):
+        return out
+    for item in value[:MAX_OPEN]:
+        if (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int)
+                and not isinstance(item[0], bool) and isinstance(item[1], str)):
+            out[item[0]] = item[1][:MAX_NAME]
+    return out
 
 
 def _job_id(body: dict[str, Any]) -> int:

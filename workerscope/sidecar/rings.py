@@ -14,7 +14,7 @@ import mmap
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from .. import protocol, spanring
@@ -37,6 +37,9 @@ class _Ring:
         self.path = path
         self.mm = mm
         self.reader = reader
+
+
+MAX_OPEN_NAME = 200  # characters of a span's name in a heartbeat
 
 
 class Batch(NamedTuple):
@@ -166,6 +169,23 @@ class Rings:
             self._lost_said = self.lost
             yield protocol.SPANS, {"pid": self.worker, "records": [], "spans_lost": self.lost,
                                    "notes": notes}, EVERY_JOB
+
+    def innermost_open(self, jobs: Iterable[int]) -> list[list[Any]]:
+        """[[job, name], ...]: the span each of these jobs is in now, the latest begun of the
+        spans its rings' readers saw open (as of the last drain), for the live view."""
+        wanted = set(jobs)
+        latest: dict[int, tuple[int, str]] = {}
+        for ring in self.rings.values():
+            reader = ring.reader
+            for span in reader.open.values():
+                job = span[1]
+                if span[0] != protocol.RECORD_SPAN or job not in wanted:
+                    continue
+                start = span[spanring.OPEN_START]
+                if job not in latest or start > latest[job][0]:
+                    name = (reader.names.get(span[4]) or ("?", None))[0]
+                    latest[job] = (start, str(name)[:MAX_OPEN_NAME])
+        return [[job, name] for job, (_, name) in sorted(latest.items())]
 
     def notes(self) -> list[str]:
         """What the rings could not hold, said once each."""

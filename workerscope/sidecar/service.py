@@ -578,6 +578,10 @@ class Sidecar:
             beat: protocol.HeartbeatBody = {
                 "t": now, "dropped": self.outbox.dropped, "jobs": sorted(self.jobs),
                 "hello": self.hello_body, "open": [j.start for j in self.jobs.values()]}
+            if self.rings is not None and self.jobs:
+                # The span each job is in now: a live view shows what a long job is doing,
+                # not the last span it finished.
+                beat["spans_open"] = self.rings.innermost_open(self.jobs)
             self.emit(protocol.HEARTBEAT, beat, jobs=[])
 
     def on_driver(self, frames: list[protocol.Frame]) -> None:
