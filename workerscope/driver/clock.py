@@ -4,8 +4,7 @@ The driver sends a ping at t0 (its clock), the sidecar answers with t1 (its cloc
 arrives at t2 (the driver's clock again). If the two legs took equally long, the sidecar read
 t1 at the driver's (t0 + t2) / 2, so the offset is t1 - (t0 + t2) / 2, and it is wrong by at
 most half the round trip t2 - t0. Of several samples the one with the shortest round trip wins:
-on loopback that gives ~10 us, where the median of all samples was 20x worse (DESIGN.md,
-"Lessons from the field").
+on loopback that gives ~10 us, where the median of all samples was 20x worse.
 
 Pure arithmetic and bookkeeping, no sockets: the Subscriber sends what `ClockSync.ping` returns
 and hands each pong to `ClockSync.pong`. Not thread-safe: the Subscriber calls it under its lock.
@@ -21,6 +20,9 @@ from dataclasses import dataclass
 PINGS_AT_HELLO = 5
 # Pings whose pong never came are forgotten, oldest first, past this many.
 MAX_PENDING_PINGS = 10_000
+# The largest clock offset taken for a real one: a century; past it a pong is refused.
+SANE_OFFSET_NS = 100 * 365 * 86_400 * 10**9
+_INT64 = 2**63
 
 
 def offset_sample(t0: int, t1: int, t2: int) -> tuple[int, int]:
@@ -90,6 +92,10 @@ class ClockSync:
         if pending is None or pending[0] != wid:
             return False
         del self._pending[ping_id]
+        if not -_INT64 <= t1 < _INT64 or abs(t1 - t2) > SANE_OFFSET_NS:
+            # A clock a century off is no clock: such a sample (a key holder's, or a broken
+            # host's) would make every later time of that worker unwritable.
+            return False
         self.estimates[wid].add(pending[1], t1, t2)
         return True
 
