@@ -33,11 +33,10 @@ import errno
 import logging
 import os
 import time
-from operator import itemgetter
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from .. import procfs
-from ..procfs import parse_stat, parse_tick, reset_peak
+from ..procfs import Io, parse_stat, parse_tick, reset_peak
 from . import leavers
 
 _SELF = os.getpid()
@@ -71,48 +70,39 @@ log = logging.getLogger("workerscope.sidecar")
 # and its reaped children's, which the kernel adds to a parent's; peak_rss_bytes its VmHWM, at
 # least its RSS; None: not read (unreadable, or not on this kernel).
 READING_FIELDS = ("cpu_user_s", "cpu_system_s", "rss_bytes", "num_threads", "peak_rss_bytes",
-                  "read_chars", "write_chars", "read_bytes", "write_bytes",
-                  "ctx_switches_voluntary", "ctx_switches_involuntary", "num_fds",  # slow tier
-                  "uss_bytes", "pss_bytes")  # USS tier
-Reading = tuple[float, float, int, int, int, int | None, int | None, int | None, int | None,
-                int | None, int | None, int | None, float | None, float | None]
+                  "read_chars", "write_chars", "read_bytes", "write_bytes")
+Reading = tuple[float, float, int, int, int, int | None, int | None, int | None, int | None]
+# What a member adds on the tiers (Member.tier), summed only on a tick of its tier: another
+# tick carries them over from an older reading, so the tree has no total of them then. Apart
+# from READING_FIELDS, so a regular tick makes and sums none of them.
+TIER_FIELDS = ("ctx_switches_voluntary", "ctx_switches_involuntary", "num_fds",  # slow tier
+               "uss_bytes", "pss_bytes")  # USS tier
+Tier = tuple[int | None, int | None, int | None, float | None, float | None]
 _CPU_USER: Final = 0
 _CPU_SYSTEM: Final = 1
 _RSS: Final = 2
 _PEAK: Final = 4
-# Read only on a tier: another tick carries them over from an older reading, so the tree has
-# no total of them then.
-_SLOW_TIER = (9, 10, 11)
-_USS_TIER = (12, 13)
-_NO_READING: Reading = (0.0, 0.0, 0, 0, 0, None, None, None, None, None, None, None, None, None)
+_NO_READING: Reading = (0.0, 0.0, 0, 0, 0, None, None, None, None)
+_NO_TIER: Tier = (None, None, None, None, None)
 _NO_CTX: tuple[int | None, int | None] = (None, None)
 _NO_USS: tuple[float | None, float | None] = (None, None)
 
 
-def _columns(slow: bool, uss: bool) -> tuple[tuple[str, ...], itemgetter[Any]]:
-    """The names summed on a tick of these tiers, and what picks their columns."""
-    picked = (*range(9), *(_SLOW_TIER if slow else ()), *(_USS_TIER if uss else ()))
-    return tuple(READING_FIELDS[i] for i in picked), itemgetter(*picked)
-
-
-_COLUMNS = {(slow, uss): _columns(slow, uss) for slow in (False, True) for uss in (False, True)}
-
-
-def tree_sums(readings: list[Reading], slow: bool = True, uss: bool = True) -> dict[str, float]:
-    """Each value of the readings summed under its name (READING_FIELDS); absent where a
-    member lacks it (None), or its tier (slow, uss) was not read now. Nothing for no readings.
+def tree_sums(readings: list[Reading] | list[Tier],
+              names: tuple[str, ...] = READING_FIELDS) -> dict[str, float]:
+    """Each value of the readings summed under its name; absent where a member lacks it
+    (None). Nothing for no readings.
 
     By column, in C (zip, map, sum): less than a Python add per value per member would cost
     in the tick's hot loop."""
     if not readings:
         return {}
-    names, pick = _COLUMNS[slow, uss]
     if len(readings) == 1:  # a worker without children: its values as they are, ~5x cheaper
-        values = pick(readings[0])
+        values = readings[0]
         if None not in values:
-            return dict(zip(names, values, strict=True))
+            return dict(zip(names, cast("tuple[float, ...]", values), strict=True))
         return {k: v for k, v in zip(names, values, strict=True) if v is not None}
-    cols = pick(list(zip(*readings, strict=True)))
+    cols = list(zip(*readings, strict=True))
     try:
         return dict(zip(names, map(sum, cols), strict=True))
     except TypeError:  # a member without a value (None): no total of that one
@@ -123,6 +113,13 @@ def tree_sums(readings: list[Reading], slow: bool = True, uss: bool = True) -> d
             except TypeError:
                 continue
         return out
+
+
+def tier_sums(tiers: list[Tier], slow: bool, uss: bool) -> dict[str, float]:
+    """tree_sums of the members' tier values, those of the tiers read now only."""
+    sums = tree_sums(tiers, TIER_FIELDS)
+    drop = (() if slow else TIER_FIELDS[:3]) + (() if uss else TIER_FIELDS[3:])
+    return {k: v for k, v in sums.items() if k not in drop}
 
 
 def _add_io(values: dict[str, float], io: procfs.Io) -> procfs.Io:
@@ -183,9 +180,9 @@ class Member:
     # A plain class, not a dataclass: making these three classes took ~4 ms of the sidecar's
     # start-up, which `workerscope run` pays once per command (issue 11).
     __slots__ = ("asleep", "children", "comm", "ctx", "followed", "fresh", "hwm", "io", "io_fd",
-                 "mapped", "name", "nfds", "nthreads", "own_cpu", "ppid", "quiet", "ran", "reading",
-                 "sched_fd", "smaps_fd", "start", "stat_fd", "status_fd", "t", "threads_seen",
-                 "tick", "uss", "zombie")
+                 "mapped", "name", "nfds", "nthreads", "own_cpu", "ppid", "quiet", "ran",
+                 "reading", "sched_fd", "smaps_fd", "start", "stat_fd", "status_fd", "t",
+                 "threads_seen", "tick", "tier", "uss", "zombie")
 
     def __init__(self, ppid: int, name: str, start: int, stat_fd: int = -1) -> None:
         self.ppid = ppid
@@ -220,6 +217,7 @@ class Member:
         self.ctx: tuple[int | None, int | None] = _NO_CTX
         self.nfds: int | None = None
         self.uss: tuple[float | None, float | None] = _NO_USS
+        self.tier = _NO_TIER  # all of them, as the tree sums them
         self.hwm = 0  # last VmHWM read, bytes
 
     def fds(self) -> list[int]:
@@ -673,9 +671,17 @@ class ProcessTree:
         """One reading of every member and of the tree. Values that can't be read are absent;
         status, fd and USS values only in the samples that read them (the tiers above).
         full: read every tier now (a job's edges)."""
-        slow, uss = self._tiers(now_ns, full)
+        # The tiers due (inline: a call is ~3% of a tick of one process).
+        slow = self._slow_now = (full or self._slow_t is None
+                                 or now_ns - self._slow_t >= self.slow_every_ns)
+        if slow:
+            self._slow_t = now_ns
+        uss = self._uss_now = self._uss_t is None or now_ns - self._uss_t >= self.uss_every_ns
+        if uss:
+            self._uss_t = now_ns
+        self._tiers_now = slow or uss
         # A member read in full at every tier change; between them, a quiet one is not.
-        quiet_ok = self.skip_quiet and not (slow or uss)
+        quiet_ok = self.skip_quiet and not self._tiers_now
         readings: list[Reading] = []
         procs: list[list[Any]] = []
         add, append, whole, quiet = readings.append, procs.append, self._read_whole, self._read_quiet
@@ -703,19 +709,11 @@ class ProcessTree:
         self._vanished = []
         for pid in vanished:
             self._retire(pid)
-        return self._tree_values(readings, slow, uss, now_ns), procs
-
-    def _tiers(self, now_ns: int, full: bool) -> tuple[bool, bool]:
-        """Whether this read() is one of the slow tier, and one of the USS tier."""
-        slow = self._slow_now = (full or self._slow_t is None
-                                 or now_ns - self._slow_t >= self.slow_every_ns)
-        if slow:
-            self._slow_t = now_ns
-        uss = self._uss_now = self._uss_t is None or now_ns - self._uss_t >= self.uss_every_ns
-        if uss:
-            self._uss_t = now_ns
-        self._tiers_now = slow or uss
-        return slow, uss
+        tiers = None
+        if self._tiers_now and procs:  # every member read now was read whole, its tiers too
+            members = self.members
+            tiers = tier_sums([members[row[0]].tier for row in procs], slow, uss)
+        return self._tree_values(readings, tiers, now_ns), procs
 
     def _read_quiet(self, m: Member, now_ns: int, ran: bytes) -> dict[str, float] | None:
         """The values of a single-threaded member that has not run since its last reading (its
@@ -779,7 +777,7 @@ class ProcessTree:
         user, system, rss = user_t / tick_s, system_t / tick_s, pages * _PAGE
         m.nthreads = nthreads
         values: dict[str, float]
-        if isinstance(counters, procfs.Io):  # unreadable, or a kernel without some of them
+        if isinstance(counters, Io):  # unreadable, or a kernel without some of them
             values = {"cpu_user_s": user, "cpu_system_s": system, "rss_bytes": rss,
                       "num_threads": nthreads}
             rc, wc, rb, wb = _add_io(values, counters)
@@ -812,9 +810,8 @@ class ProcessTree:
                 hwm = m.hwm = rss
             values["peak_rss_bytes"] = hwm
         # The peak, at least the RSS: hwm is, where mapped; an RSS unmapped is 0.
-        ctx, uss = m.ctx, m.uss
         m.reading = (user + cuser_t / tick_s, system + csystem_t / tick_s, rss, nthreads, hwm,
-                     rc, wc, rb, wb, ctx[0], ctx[1], m.nfds, uss[0], uss[1])
+                     rc, wc, rb, wb)
         return values
 
     def _stat_by_path(self, pid: int, m: Member) -> bytes:
@@ -868,6 +865,7 @@ class ProcessTree:
             m.uss = uss or _NO_USS
             if uss is not None:
                 values["uss_bytes"], values["pss_bytes"] = uss
+        m.tier = (*m.ctx, m.nfds, *m.uss)
 
     def _hold_schedstat(self, pid: int, m: Member) -> None:
         try:
@@ -883,12 +881,13 @@ class ProcessTree:
         m.name = comm.decode(errors="replace")
         self.renamed.append((pid, m.ppid, m.name))
 
-    def _tree_values(self, readings: list[Reading], slow: bool, uss: bool,
+    def _tree_values(self, readings: list[Reading], tiers: dict[str, float] | None,
                      now_ns: int) -> dict[str, float]:
-        """The tree's values from this tick's readings: totals that never fall (a member reaped
-        outside the tree keeps its share in `carried`), rates, and the tiers read now."""
+        """The tree's values from this tick's readings and its tiers' sums (None off the
+        tiers): totals that never fall (a member reaped outside the tree keeps its share in
+        `carried`), and rates."""
         n = len(readings)
-        tree = tree_sums(readings, slow, uss)
+        tree = tree_sums(readings)
         if n or self.carried_user or self.carried_system:
             user = tree.get("cpu_user_s", 0.0) + self.carried_user
             total = user + tree.get("cpu_system_s", 0.0) + self.carried_system
@@ -909,7 +908,9 @@ class ProcessTree:
                 self.peak_rss = int(tree["peak_rss_bytes"])
             tree["peak_rss_bytes"] = self.peak_rss
             last, carried = self.last_counters, self.carried
-            for key in COUNTERS if slow else IO_COUNTERS:
+            if tiers:
+                tree.update(tiers)
+            for key in IO_COUNTERS if tiers is None else COUNTERS:
                 if key in tree:
                     # An exited child not yet reaped has left the sum, and its parent's
                     # counters have not grown yet: hold the total until they do.
