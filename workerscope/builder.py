@@ -20,6 +20,9 @@ from .units import fmt_bytes, fmt_seconds
 
 _INT64 = 2**63
 _SANE_NS = 100 * 365 * 86_400 * 10**9  # a century
+# Two workers of one boot whose (wall, monotonic) pairs differ by less than this share one:
+# honest pairs of one host agree within microseconds.
+SHARED_ANCHOR_NS = 1_000_000
 
 
 def _opt(value: Any, kind: type) -> Any:
@@ -31,6 +34,18 @@ def _opt(value: Any, kind: type) -> Any:
     if not isinstance(value, kind) or isinstance(value, bool):
         raise ValueError(f"expected {kind.__name__}, got {type(value).__name__}")
     return value
+
+
+# Bounds on what a frame's text fields may hold in memory (each worker keeps them for its life).
+MAX_NAME = 1000  # characters of a job's name; a longer one is cut, marked
+MAX_HOST = 255  # a host name (and a node name): DNS's own bound
+MAX_BOOT_ID = 128  # /proc/sys/kernel/random/boot_id is 36
+
+
+def bounded_text(value: Any, most: int) -> str:
+    """A text field of an untrusted frame, cut to `most` characters (marked with "...")."""
+    text = str(value)
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 _PLAIN_NUMBERS = frozenset({int, float})
@@ -368,10 +383,17 @@ class TimelineBuilder:
 
     def _set_anchor(self, wid: str, anchor: Any, boot_id: Any) -> None:
         wall, mono = (int(x) for x in anchor)
+        if not (-_INT64 <= wall < _INT64 and -_INT64 <= mono < _INT64):
+            raise ValueError("a clock anchor must be two int64 times")
         if isinstance(boot_id, str) and boot_id:
-            # Monotonic time is one clock for a whole host (per boot): every worker of that
-            # host maps through the same pair, so their events line up exactly.
-            wall, mono = self._boot_anchor.setdefault(boot_id, (wall, mono))
+            # Monotonic time is one clock for a whole host (per boot): workers of that host
+            # whose pairs agree (within SHARED_ANCHOR_NS) map through one of them, so their
+            # events line up exactly. A pair that does not agree keeps its own: a worker's
+            # clock is its own, never another's (a hello with this host's boot id and a false
+            # anchor must not move the real workers' times).
+            shared = self._boot_anchor.setdefault(boot_id, (wall, mono))
+            if abs((wall - mono) - (shared[0] - shared[1])) <= SHARED_ANCHOR_NS:
+                wall, mono = shared
         self._anchor[wid] = (wall, mono)
 
     def _wall(self, wid: str, mono: Any) -> int:
@@ -400,8 +422,12 @@ class TimelineBuilder:
         self.worker(frame.worker).frames += 1
 
     def _on_hello(self, wid: str, b: dict[str, Any]) -> None:
-        host, pid = str(b["host"]), int(b["pid"])
+        host, pid = bounded_text(b["host"], MAX_HOST), int(b["pid"])
         node, boot = _opt(b.get("node"), str), _opt(b.get("boot_id"), str)
+        if node is not None:
+            node = bounded_text(node, MAX_HOST)
+        if boot is not None and len(boot) > MAX_BOOT_ID:
+            raise ValueError(f"a boot id has at most {MAX_BOOT_ID} characters")
         sidecar_pid, interval = _opt(b.get("sidecar_pid"), int), _opt(b.get("interval"), float)
         self._set_anchor(wid, b["anchor"], boot)
         w = self.worker(wid)
@@ -414,7 +440,7 @@ class TimelineBuilder:
             self._set_anchor(wid, b["anchor"], None)
         tid = b.get("tid")
         job_id = int(b["job"])
-        job = {"id": job_id, "name": str(b["name"]), "start": self._wall(wid, b["t"]),
+        job = {"id": job_id, "name": bounded_text(b["name"], MAX_NAME), "start": self._wall(wid, b["t"]),
                "pid": int(b["pid"]), "tid": None if tid is None else int(tid)}
         self._open_jobs[(wid, job_id)] = job
 

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import protocol
+from ..builder import MAX_NAME, bounded_text
 from ..protocol import Status
 from ..timeline import Worker, is_straggler
 
 # Durations of this many most recent jobs make the median a running job is judged against.
 KEEP_JOBS = 1000
+TREE_KEYS = ("cpu_percent", "rss_bytes")  # of a worker's last tree sample, what rows show
 
 
 @dataclass
@@ -48,12 +50,14 @@ class LiveState:
         w = self.workers.setdefault(frame.worker, WorkerLive())
         if frame.kind == protocol.SAMPLE:
             if b.get("tree"):
-                w.tree = dict(b["tree"])
+                # What the rows read, not the whole map: a tree sample of 55,000 keys would
+                # stay here for the worker's life.
+                w.tree = {k: b["tree"][k] for k in TREE_KEYS if k in b["tree"]}
             utils = [float(v["util_percent"]) for _, v in b.get("gpus", ()) if "util_percent" in v]
             if utils:
                 w.gpu_util = sum(utils) / len(utils)
         elif frame.kind == protocol.JOB_START:
-            w.jobs[_job_id(b)] = (str(b.get("name")), now)
+            w.jobs[_job_id(b)] = (bounded_text(b.get("name"), MAX_NAME), now)
         elif frame.kind == protocol.JOB_END:
             started = w.jobs.pop(_job_id(b), None)
             if started is not None:
@@ -98,7 +102,7 @@ class LiveState:
 
 
 MAX_OPEN = 64  # open jobs a heartbeat may name a span of
-MAX_NAME = 200
+MAX_SPAN_NAME = 200
 
 
 def _spans_open(value: Any) -> dict[int, str]:
@@ -110,7 +114,7 @@ def _spans_open(value: Any) -> dict[int, str]:
     for item in value[:MAX_OPEN]:
         if (isinstance(item, list) and len(item) == 2 and isinstance(item[0], int)
                 and not isinstance(item[0], bool) and isinstance(item[1], str)):
-            out[item[0]] = item[1][:MAX_NAME]
+            out[item[0]] = item[1][:MAX_SPAN_NAME]
     return out
 
 
