@@ -49,7 +49,6 @@ import platform
 import socket
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
@@ -63,10 +62,10 @@ import zmq  # noqa: E402
 
 import workerscope  # noqa: E402
 from workerscope import protocol  # noqa: E402
-from workerscope.sidecar.service import METRICS  # noqa: E402
-from workerscope.procfs import boot_id  # noqa: E402
 from workerscope.driver.keys import DriverKeys  # noqa: E402
 from workerscope.driver.subscriber import RECEIVE_QUEUE  # noqa: E402
+from workerscope.procfs import boot_id  # noqa: E402
+from workerscope.sidecar.service import METRICS  # noqa: E402
 from workerscope.transport import dealer  # noqa: E402
 from workerscope.worker.link import close_all  # noqa: E402
 

@@ -46,5 +46,5 @@ def test_one_cgroup_lookup_in_a_mount_namespace_that_moves_the_hierarchy(tmp_pat
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["death"] is not None and out["death"].startswith(str(where))
-    limit, usage = out["files"]
+    limit, _ = out["files"]
     assert limit is not None and os.path.dirname(limit) == out["death"]

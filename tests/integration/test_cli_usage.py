@@ -48,3 +48,15 @@ def test_a_negative_sample_budget_is_a_usage_error_before_the_file_is_read(tmp_p
     r = workerscope("report", str(tmp_path / "missing.wsc"), "--max-sample-mib", "-1")
     assert r.returncode == 2
     assert r.stderr == "workerscope: --max-sample-mib must be 0 (every sample) or more\n"
+
+
+def test_importing_the_cli_leaves_the_heavy_parts_unloaded():
+    """`import workerscope.cli` loads no pyzmq, driver, sidecar, worker link, builder, record
+    reader, terminal view or importlib.metadata: the CLI's start-up stays cheap."""
+    code = ("import sys, workerscope.cli; print('\\n'.join(sorted(sys.modules)))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True, timeout=60).stdout.split())
+    heavy = {"zmq", "importlib.metadata", "workerscope.driver", "workerscope.sidecar",
+             "workerscope.worker.link", "workerscope.builder", "workerscope.record",
+             "workerscope.export.terminal", "workerscope.export.live", "workerscope.demo"}
+    assert not heavy & loaded, heavy & loaded

@@ -71,7 +71,8 @@ def test_link_key_holds_link_settings_only():
 
 def test_readme_lists_every_variable():
     """README's settings tables name every WORKERSCOPE_* variable, and no other."""
-    text = open(README, encoding="utf-8").read()
+    with open(README, encoding="utf-8") as f:
+        text = f.read()
     rows = set(re.findall(r"^\| `[a-z_]*`? ?\|? ?`?(WORKERSCOPE_[A-Z_]+)`", text, re.M))
     rows |= set(re.findall(r"^\| `(WORKERSCOPE_[A-Z_]+)` \|", text, re.M))
     assert rows == set(variables())
@@ -116,7 +117,8 @@ def test_process_variables_are_read_through_config(monkeypatch):
     for folder, _, files in os.walk(package):
         for name in files:
             if name.endswith(".py") and name != "config.py":
-                text = open(os.path.join(folder, name), encoding="utf-8").read()
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    text = f.read()
                 assert not re.search(r"environ(\.get)?[\[(]\s*[\"']WORKERSCOPE_", text), name
 
 
