@@ -97,3 +97,55 @@ def fmt_signal(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+# -- text and values from outside, made safe to show or to write --------------------------------
+# Zero-width joiners shape letters (Persian, Indic scripts, emoji sequences) and move no cursor.
+_JOINERS = frozenset("\u200c\u200d")
+
+
+def printable(text: str) -> str:
+    """`text` as a terminal can only show it: every control or format character (C0 ones
+    \\t and \\n included, DEL, C1, bidi overrides, ...) written as its escape (ESC as "\\x1b");
+    letters of every script and spaces kept. Names, errors and notes come from frames that
+    anyone able to reach the driver can send: raw, ESC ] 52 writes the reader's clipboard.
+    Escaping twice changes nothing."""
+    if text.isprintable():  # C speed: the path of every ordinary name
+        return text
+    import unicodedata
+
+    return "".join(c if c.isprintable() or c in _JOINERS or unicodedata.category(c) == "Zs"
+                   else ascii(c)[1:-1] for c in text)
+
+
+MAX_DEPTH = 32  # levels of nested containers a saved attr keeps (json_safe)
+CUT = "… "  # what starts the text that stands for the levels past MAX_DEPTH
+_NOT_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def json_safe(value: object, depth: int = MAX_DEPTH) -> object:
+    """`value` as any JSON writer takes it: dict keys made strings, tuples lists, NaN and
+    infinities their JavaScript names as strings ("NaN", "Infinity"; JSON has no such
+    numbers), another object its repr, and containers nested past `depth` levels a string:
+    CUT and a short repr of the rest (a writer's recursion ends near 1,000 levels)."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _NOT_FINITE.get(value, "NaN")
+    if isinstance(value, (dict, list, tuple)):
+        if depth <= 0:
+            return CUT + _short_repr(value)
+        if isinstance(value, dict):
+            return {k if isinstance(k, str) else str(k): json_safe(v, depth - 1)
+                    for k, v in value.items()}
+        return [json_safe(v, depth - 1) for v in value]
+    return repr(value)
+
+
+def _short_repr(value: object) -> str:
+    """A repr a few levels and items deep: repr() itself recurses, and fails as deep as json."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxstring, r.maxother = 3, 60, 60
+    return r.repr(value)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..timeline import check_output_path
+from ..units import printable
 from ._common import restore_ctrl_c, save, stop_on_ctrl_c
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class _FrameLines:
         try:
             line = self.frame_line(frame)
         except (TypeError, ValueError):
-            line = f"{frame.kind:<9} {frame.worker}  (body not shown: unexpected values)"
+            line = printable(f"{frame.kind:<9} {frame.worker}  (body not shown: unexpected values)")
         print(line, flush=True)
         now = time.monotonic()
         if self.sub is None or now - self.looked < LOST_EVERY:
@@ -110,7 +111,7 @@ class _FrameLines:
         for wid, lost in self.sub.lost.items():
             seen = self.lost_seen.get(wid, 0)
             if lost > seen:
-                print(f"lost      {wid}  {lost - seen} frame(s)", flush=True)
+                print(printable(f"lost      {wid}  {lost - seen} frame(s)"), flush=True)
                 self.lost_seen[wid] = lost
 
 

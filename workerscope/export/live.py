@@ -1,6 +1,7 @@
 """The live terminal view of `workerscope listen --live`: one row per worker, redrawn in place.
 
-Plain text and ANSI cursor moves only, so it works over ssh and in any terminal.
+Plain text and ANSI cursor moves only, so it works over ssh and in any terminal. Every cell is
+made printable (units.printable): ids, statuses, job and span names are what the workers sent.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..protocol import Status
-from ..units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
+from ..units import fmt_bytes, fmt_percent, fmt_seconds, printable, short_worker
 
 CLEAR = "\x1b[H\x1b[2J"
 
@@ -30,10 +31,10 @@ def render(rows: list[dict[str, Any]], endpoint: str, width: int = 100, jobs: in
         ["failed"] if failed else []), "lost", "running", ""]
     table = []
     for r in rows:
-        job = r["job"] or "-"
+        job = printable(str(r["job"] or "-"))
         if r["span"]:
-            job = f"{job} / {r['span']}"
-        table.append([
+            job = f"{job} / {printable(str(r['span']))}"
+        table.append([printable(c) for c in [
             short_worker(str(r["worker"])), str(r["status"]), job[:32],
             _now(r, "cpu_percent"),
             fmt_bytes(r["rss_bytes"]),
@@ -42,7 +43,7 @@ def render(rows: list[dict[str, Any]], endpoint: str, width: int = 100, jobs: in
             str(r["lost"]) + (f" (+{r['dropped']} dropped)" if r["dropped"] else ""),
             fmt_seconds(r["running_s"]),
             "STRAGGLER" if r["straggler"] else "",
-        ])
+        ]])
     right = {cols.index(c) for c in ("cpu", "rss", "gpu", "failed", "lost", "running")
              if c in cols}
     widths = [max([len(c)] + [len(row[i]) for row in table]) for i, c in enumerate(cols)]

@@ -1,7 +1,10 @@
 """Terminal views: a Gantt per worker in Unicode blocks, summary tables, the live frame log.
 
 Pure functions of a Timeline (or a frame) that return text. Width is a parameter (the CLI passes
-the terminal's); colour only when asked (the CLI asks only on a TTY).
+the terminal's); colour only when asked (the CLI asks only on a TTY). Every text that came from
+a worker (names, errors, notes, ids) goes through units.printable where a line is put together:
+in _table's cells, _wrap's phrases, the Gantt's labels and frame_line's line; so the only
+escape sequences that reach the terminal are this view's own colours.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 from .. import protocol
 from ..protocol import Status
 from ..timeline import Job, Span, Timeline
-from ..units import fmt_bytes, fmt_percent, fmt_seconds, short_worker
+from ..units import fmt_bytes, fmt_percent, fmt_seconds, printable, short_worker
 from .attribution import DIED, Attribution, function_table, workers_table
 from .deaths import Death, by_worker, deaths, figures, is_cut_short
 from .lanes import layout
@@ -42,7 +45,8 @@ def gantt(t: Timeline, width: int = 80, color: bool = False) -> str:
     peak_cpu = max((v for rows in cpu_by_worker.values() for _, v in rows), default=0.0)
     scale = max(100.0, peak_cpu)
     cpu_label = f"  cpu (█ = {fmt_percent(scale)})"  # what a full block stands for
-    label_w = min(28, max([len(short_worker(w)) + 9 for w in t.workers] + [len(cpu_label)]))
+    label_w = min(28, max([len(printable(short_worker(w))) + 9 for w in t.workers]
+                          + [len(cpu_label)]))
     ax = _Axis(start, end, max(width - label_w - 3, 10))
     zero = fmt_seconds(0)
     lines = [f"{'':<{label_w}} |{zero}{fmt_seconds(ax.span_ns / 1e9):>{ax.cols - len(zero)}}|"]
@@ -54,7 +58,8 @@ def gantt(t: Timeline, width: int = 80, color: bool = False) -> str:
             text = "".join(row)
             if color:
                 text = text.replace("✗", f"{RED}✗{RESET}").replace("!", f"{RED}!{RESET}")
-            label = f"{short_worker(wid)} {status}" if k == 0 else f"{_LANE_2[:-1]}{k + 1}"
+            label = (printable(f"{short_worker(wid)} {status}") if k == 0
+                     else f"{_LANE_2[:-1]}{k + 1}")
             lines.append(f"{label[:label_w]:<{label_w}} |{text}|")
         cpu = _cpu_row(sorted(cpu_by_worker.get(wid, [])), ax, scale)
         if color:
@@ -163,7 +168,9 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int], width: in
     """Columns two spaces apart, `right` ones right-aligned. Within `width`: the columns in
     `drop` are left out in that order while the table is too wide, then the cells of the
     columns in `clip` are cut short (with "…"), each to no less than MIN_CLIPPED, and as a
-    last resort the columns in `last` are left out too."""
+    last resort the columns in `last` are left out too. Cells are made printable first: an
+    escape is measured, and cut, as the text it shows."""
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(headers)]
     keep = list(range(len(headers)))
@@ -309,8 +316,8 @@ def deaths_text(t: Timeline, width: int = 80) -> str:
     out: list[str] = []
     start = t.start_ns or 0
     for d in deaths(t):
-        out.append(f"  {short_worker(d.worker)} job {d.job.id} {d.job.name} at "
-                   f"{fmt_seconds((d.t_ns - start) / 1e9)}: {d.cause}")
+        out.append(printable(f"  {short_worker(d.worker)} job {d.job.id} {d.job.name} at "
+                             f"{fmt_seconds((d.t_ns - start) / 1e9)}: {d.cause}"))
         if d.job.error:
             out.extend(_wrap([d.job.error], width))
         out.extend(_wrap(figures(d.job.death), width))
@@ -319,11 +326,11 @@ def deaths_text(t: Timeline, width: int = 80) -> str:
 
 def _wrap(phrases: list[str], width: int, indent: str = "    ") -> list[str]:
     """Phrases joined by " · " into lines of at most `width`, never broken inside a phrase
-    that fits on a line ("83.5 MiB" stays whole)."""
+    that fits on a line ("83.5 MiB" stays whole). Each phrase is made printable first."""
     width = max(width, 20)
     lines: list[str] = []
     line = ""
-    for p in phrases:
+    for p in map(printable, phrases):
         if line and len(line) + 3 + len(p) <= width:
             line += " · " + p
             continue
@@ -388,7 +395,12 @@ def said_once(t: Timeline, name: Callable[[str], str] = str) -> list[tuple[str, 
 
 
 def frame_line(frame: protocol.Frame) -> str:
-    """One line of the live log that `workerscope listen` prints per frame."""
+    """One line of the live log that `workerscope listen` prints per frame, made printable:
+    every value in it is the sender's."""
+    return printable(_frame_text(frame))
+
+
+def _frame_text(frame: protocol.Frame) -> str:
     b: dict[str, Any] = frame.body
     w = frame.worker
     if frame.kind == protocol.HELLO:
