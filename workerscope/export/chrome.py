@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..timeline import Job, Span, Timeline
+from ..units import json_safe
 from .attribution import NOT_FAILED, Attribution, attribute
 from .counters import counter_groups, counter_name, group_values
 from .deaths import is_cut_short
@@ -92,6 +93,26 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
             "remapped_pids": {f"{h}:{pid}": new for (h, pid), new in pids.items() if new != pid},
         },
     }
+
+
+def to_json(t: Timeline) -> str:
+    """The trace as JSON text that every JSON parser reads (JSON.parse included).
+
+    Span and mark args hold the user's attrs: NaN or infinities (not JSON, though Python
+    writes them), keys json cannot write (tuples), containers nested past its recursion, any
+    other object. The common trace has none and is written in one go; one that fails is
+    written again with every event's args made safe by units.json_safe."""
+    import json
+
+    trace = to_chrome(t)
+    try:
+        # default=repr: bytes, numpy values and the like; never fail on them.
+        return json.dumps(trace, separators=(",", ":"), default=repr, allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        for event in trace["traceEvents"]:
+            if "args" in event:
+                event["args"] = json_safe(event["args"])
+        return json.dumps(trace, separators=(",", ":"), default=repr, allow_nan=False)
 
 
 def _names(t: Timeline, host_of: dict[str, str], pid_of: Callable[[str, int], int]

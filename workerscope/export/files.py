@@ -11,13 +11,9 @@ from ..timeline import VIEWS, Timeline, register_format, write_atomic
 
 
 def _json(timeline: Timeline, path: str) -> str:
-    import json
+    from .chrome import to_json
 
-    from .chrome import to_chrome
-
-    # default=repr: span attrs may hold anything (bytes, numpy values); never fail on them.
-    data = json.dumps(to_chrome(timeline), separators=(",", ":"), default=repr).encode()
-    return write_atomic(path, data)
+    return write_atomic(path, to_json(timeline).encode())
 
 
 def _pftrace(timeline: Timeline, path: str) -> str:
