@@ -426,8 +426,7 @@ class ProcessTree:
                     self._followed(pid)
         else:  # kernels without CONFIG_PROC_CHILDREN
             left = self._scan_discover(seen, new, now, full)
-        for pid in [pid for pid in members if pid not in seen]:
-            self._retire(pid)
+        self._retire_all([pid for pid in members if pid not in seen])
         gone, self._left = self._left, []
         return new, gone
 
@@ -638,12 +637,21 @@ class ProcessTree:
         if m is not None:
             m.followed = True
 
-    def _retire(self, pid: int) -> None:
+    def _retire_all(self, pids: list[int]) -> None:
+        """Retire members found gone together. One whose parent was a member until now was
+        reaped by it, even where the parent is gone too: a process and the child it reaped
+        often exit between two samples (xargs, a pool, a shell), and the parent's reaper
+        then holds both in its children's CPU."""
+        before = set(self.members)
+        for pid in pids:
+            self._retire(pid, before)
+
+    def _retire(self, pid: int, before: set[int] | None = None) -> None:
         m = self.members.pop(pid)
         self._left.append(pid)
         for fd in m.fds():
             _close(fd)
-        reaped_inside = m.ppid in self.members
+        reaped_inside = m.ppid in self.members or (before is not None and m.ppid in before)
         carried = self.carried
         if m.io is not None and not reaped_inside:
             for key, value in zip(IO_COUNTERS, m.io, strict=True):
@@ -707,8 +715,8 @@ class ProcessTree:
                 add(m.reading)
                 append([pid, values])
         self._vanished = []
-        for pid in vanished:
-            self._retire(pid)
+        if vanished:
+            self._retire_all(vanished)
         tiers = None
         if self._tiers_now and procs:  # every member read now was read whole, its tiers too
             members = self.members

@@ -1,0 +1,72 @@
+"""The tree's CPU under `workerscope run` against the kernel's for the same command, where
+processes exit together with their parent between two samples (nothing counted twice)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workerscope import load
+
+WORKERSCOPE = str(Path(sys.executable).with_name("workerscope"))
+
+
+def kernel_cpu(cmd: list[str]) -> float:
+    """User + system CPU of cmd and all it reaped, as the kernel counts it (wait4)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0
+    return usage.ru_utime + usage.ru_stime
+
+
+def tree_cpu(tmp_path: Path, cmd: list[str]) -> tuple[float, float]:
+    """(tree CPU at the end, highest tree cpu_percent) of cmd under `workerscope run
+    --interval 0.1`."""
+    out = tmp_path / "out.wsc"
+    r = subprocess.run([WORKERSCOPE, "run", "--interval", "0.1", "-o", str(out), "--", *cmd],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    tree = [s.values for s in load(out).samples if s.scope == "tree"]
+    peak = max((v.get("cpu_percent", 0.0) for v in tree), default=0.0)
+    return tree[-1]["cpu_user_s"] + tree[-1]["cpu_system_s"], peak
+
+
+def burner(seconds: float) -> str:
+    """A shell word running Python that burns `seconds` of its own CPU (process time, not
+    wall clock: the machine may be loaded)."""
+    return (f"{sys.executable} -c 'import time; t = time.process_time()\n"
+            f"while time.process_time() - t < {seconds}: pass'")
+
+
+def xargs_cmd() -> list[str]:
+    return ["sh", "-c", f"seq 6 | xargs -P 2 -I{{}} {burner(0.5)}"]
+
+
+def forking_shell_cmd() -> list[str]:
+    return ["sh", "-c", f"for i in 1 2 3 4; do ({burner(0.3)}) & done; wait"]
+
+
+def compileall_cmd(tmp_path: Path) -> list[str]:
+    src = tmp_path / "src"
+    shutil.copytree(Path(__file__).parents[2] / "workerscope", src / "workerscope")
+    return [sys.executable, "-m", "compileall", "-j", "2", "-f", "-q", str(src)]
+
+
+@pytest.mark.parametrize("name", ["xargs", "forking shell", "compileall"])
+def test_tree_cpu_matches_the_kernels(clean_env, tmp_path, name):
+    """The tree's CPU at the end is within 5 % (+ 0.05 s) of the kernel's for the command,
+    and no sample's tree cpu_percent exceeds 100 x the CPUs the tree may use."""
+    cmd = {"xargs": xargs_cmd, "forking shell": forking_shell_cmd,
+           "compileall": lambda: compileall_cmd(tmp_path)}[name]()
+    kernel = kernel_cpu(cmd)
+    tree, peak = tree_cpu(tmp_path, cmd)
+    assert abs(tree - kernel) <= 0.05 * kernel + 0.05, (tree, kernel)
+    # CPU times move in 10 ms clock ticks: over 0.1 s a rate may read a tick high per process.
+    cpus = len(os.sched_getaffinity(0))
+    assert peak <= 100 * cpus * 1.25, (peak, cpus)
