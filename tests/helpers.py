@@ -159,12 +159,26 @@ def lithops_localhost(lithops):
         "localhost": {"runtime": sys.executable}})
 
 
-def lithops_clean(fexec) -> None:
-    """Clean a Lithops executor's storage and wait for the helper process that does it."""
+def lithops_clean(fexec, timeout: float = 120.0) -> None:
+    """Clean a Lithops executor's storage, stop its monitor and invoker, and wait until no
+    process of Lithops' is left: its cleaner (one for all executors, started anew only when
+    none runs) can take its time on a loaded machine, and must not outlive the test."""
     fexec.clean(clean_cloudobjects=True)
-    cleaners = [p for p in psutil.Process().children()
-                if "lithops.scripts.cleaner" in " ".join(p.cmdline())]
-    psutil.wait_procs(cleaners, timeout=60)
+    fexec.__exit__(None, None, None)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = []
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if "lithops" in " ".join(p.cmdline()):
+                    left.append(p)
+            except psutil.Error:
+                continue  # gone, or a zombie being reaped
+        if not left:
+            return
+        psutil.wait_procs(left, timeout=min(5.0, max(0.1, deadline - time.monotonic())))
+    raise AssertionError(f"Lithops processes still running after {timeout:g} s: "
+                         f"{[' '.join(p.cmdline())[:200] for p in left if p.is_running()]}")
 
 
 def run_ray_driver(code: str, endpoint: str) -> object:
