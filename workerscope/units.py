@@ -119,7 +119,9 @@ def printable(text: str) -> str:
 
 
 MAX_DEPTH = 32  # levels of nested containers a saved attr keeps (json_safe)
-CUT = "… "  # what starts the text that stands for the levels past MAX_DEPTH
+# What starts the text that stands for the levels past MAX_DEPTH; ASCII, so that it reads the
+# same inside the JSON text a .pftrace annotation holds.
+CUT = f"[cut: deeper than {MAX_DEPTH} levels] "
 _NOT_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
 
 

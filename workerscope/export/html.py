@@ -15,13 +15,14 @@ body[data-errors] and sets body[data-ready]="1" when drawn, so a headless browse
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 import zlib
 from importlib import resources
 from typing import Any
 
 from ..timeline import Span, Timeline
-from ..units import fmt_seconds
+from ..units import fmt_seconds, json_safe
 from .attribution import DIED, Attribution, attribute, function_table, workers_table
 from .deaths import JOB_DIED, by_worker, deaths, figures, headline, memory_limits
 from .html_spans import (
@@ -51,7 +52,12 @@ def to_html(timeline: Timeline, title: str = "workerscope report") -> str:
     t = timeline
     attribution = attribute(t)
     wtable = workers_table(t)
-    data, notices = _payload(t, attribution, wtable)
+    try:
+        data, notices = _payload(t, attribution, wtable)
+    except RecursionError:
+        # A span's attrs nest deeper than json (and repr) recurse: drawn from copies cut at
+        # units.MAX_DEPTH levels. Only then: bounding every span's attrs costs a walk of each.
+        data, notices = _payload(_bounded_attrs(t), attribution, wtable)
     ftable = function_table(t, attribution)
     blob = json.dumps(data, separators=(",", ":"), allow_nan=False)
     # "<" only occurs inside JSON strings, where \u003c means the same: no "</script>" or
@@ -219,6 +225,16 @@ def _thin(pts: list[tuple[int, float]]) -> list[tuple[int, float]]:
 
 
 # -- small helpers ------------------------------------------------------------------------------
+def _bounded_attrs(t: Timeline) -> Timeline:
+    """`t` with every span's attrs made safe for JSON (units.json_safe: nesting cut, keys made
+    strings), the same records otherwise."""
+    def safe(s: Span) -> Span:
+        attrs = json_safe(s.attrs)
+        return dataclasses.replace(s, attrs=attrs) if isinstance(attrs, dict) else s
+
+    return dataclasses.replace(t, spans=[safe(s) if s.attrs else s for s in t.spans])
+
+
 def _death_lines(error: str | None, death: dict[str, Any] | None) -> list[str]:
     """What the page tells of a death: the error text, then each figure."""
     return ([clip(error)] if error else []) + [clip(f) for f in figures(death)]

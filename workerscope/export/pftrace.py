@@ -26,6 +26,11 @@ previous one is left out, except the track's last (a counter holds its value unt
 and the track ends where its samples end). A thread whose counters never move from 0 gets no
 counter tracks. Slices carry their attrs, error, cut_short and a job's death; per-span
 resource attribution stays in the .json and the HTML report (~50 bytes a span more here).
+
+Whatever a timeline holds is written: a trace that starts before 1970 starts at 0 (protobuf's
+timestamps are unsigned); a pid past int32 or a tid past int64 (a frame carries up to uint64)
+is numbered anew from SPARE_ID on its track (its name keeps the real number); an attr's key
+that is not a string is made one, a nested value is bounded (units.json_safe).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from typing import Any, BinaryIO
 
 from ..errors import WorkerscopeError
 from ..timeline import Job, Mark, Span, Timeline, write_atomic
+from ..units import json_safe
 from .attribution import NOT_FAILED
 from .chrome import span_args, split_nested
 from .counters import CounterGroup, counter_groups, counter_metrics, counter_name, track_points
@@ -133,7 +139,7 @@ def _machine_packets(w: Writer, machines: _Machines, t0: int) -> None:
         p = w.packet(m)
         for clock in (BOOTTIME, REALTIME):
             c = p.clock_snapshot.clocks.add()
-            c.clock_id, c.timestamp = clock, t0
+            c.clock_id, c.timestamp = clock, max(t0, 0)  # as _Shifted moves the clock
 
 
 class _TrackTree:
@@ -145,6 +151,7 @@ class _TrackTree:
         self.thread_track: dict[tuple[str, int, int], tuple[int, int, int]] = {}
         self.worker_track: dict[str, int] = {}
         self.counters: list[tuple[CounterGroup, int, dict[str, int]]] = []  # group, machine, metric -> uuid
+        self.pids, self.tids = _Renumber(2**31), _Renumber(INT64)  # ProcessDescriptor.pid: int32
 
     def worker(self, wid: str, pids: set[int], threads: dict[tuple[str, int], set[int]],
                by_proc: dict[tuple[str, int], list[CounterGroup]]) -> None:
@@ -154,7 +161,7 @@ class _TrackTree:
         wk = t.workers.get(wid)
         root = wk.pid if wk else min(pids)
         d = self.tracks.add(m)
-        d.process.pid = root
+        d.process.pid = self.pids(root)
         name = t.processes.get((wid, root))
         label = f"{wk.host}:{wk.pid}" if wk else wid
         d.process.process_name = f"worker {label}" + (f" ({name})" if name else "")
@@ -179,7 +186,8 @@ class _TrackTree:
             tname = self.t.threads.get((wid, pid, tid), f"thread {tid}")
             if root:
                 td = self.tracks.add(m, parent)
-                td.thread.pid, td.thread.tid, td.thread.thread_name = pid, tid, tname
+                td.thread.pid, td.thread.tid = self.pids(pid), self.tids(tid)
+                td.thread.thread_name = tname
             else:
                 td = self.tracks.add(m, parent, f"{tname} {tid}")
             self.thread_track[(wid, pid, tid)] = (td.uuid, m, parent)
@@ -214,12 +222,12 @@ def _slices(t: Timeline, w: Writer, tracks: Tracks,
         marks.setdefault((mk.worker, mk.pid, mk.tid), []).append(mk)
     for key, (uuid, m, parent) in thread_track.items():
         nested, rest = split_nested(spans.get(key, []))
-        _lane(PacketSequence(w, m, t0, uuid), nested, sorted(marks.get(key, []), key=lambda mk: mk.t_ns),
+        _lane(_sequence(w, m, t0, uuid), nested, sorted(marks.get(key, []), key=lambda mk: mk.t_ns),
               jobs)
         while rest:
             nested, rest = split_nested(rest)
             name = f"{t.threads.get(key, 'thread')} {key[2]} (overlapping)"
-            _lane(PacketSequence(w, m, t0, tracks.add(m, parent, name).uuid), nested, [], jobs)
+            _lane(_sequence(w, m, t0, tracks.add(m, parent, name).uuid), nested, [], jobs)
 
 
 def _lane(seq: PacketSequence, nested: list[Span], marks: list[Mark],
@@ -240,7 +248,7 @@ def _lane(seq: PacketSequence, nested: list[Span], marks: list[Mark],
                 mk = marks[i]
                 p, te = seq.event(mk.t_ns, instant, mk.name)
                 if mk.attrs:
-                    seq.annotate(p, te, mk.attrs)
+                    seq.annotate(p, te, _annotations(mk.attrs))
                 i += 1
             else:
                 break
@@ -248,7 +256,7 @@ def _lane(seq: PacketSequence, nested: list[Span], marks: list[Mark],
             p, te = seq.event(s.start_ns, begin, s.name)
             args = span_args(s, jobs)
             if args:
-                seq.annotate(p, te, args)
+                seq.annotate(p, te, _annotations(args))
             stack.append(s.end_ns)
 
 
@@ -258,14 +266,14 @@ def _failed_jobs(t: Timeline, w: Writer, worker_track: dict[str, int], machine_o
     failed = sorted((j for j in t.jobs if j.status not in NOT_FAILED and j.worker in worker_track),
                     key=lambda j: (j.worker, j.end_ns if j.end_ns is not None else j.start_ns))
     for wid, group in itertools.groupby(failed, key=lambda j: j.worker):
-        seq = PacketSequence(w, machine_of(wid), t0, worker_track[wid])
+        seq = _sequence(w, machine_of(wid), t0, worker_track[wid])
         for j in group:
             end = j.end_ns if j.end_ns is not None else j.start_ns
             p, te = seq.event(end, w.pb.TrackEvent.TYPE_INSTANT, f"job {j.status}: {j.name}")
             args: dict[str, Any] = {"error": j.error, "job": j.id}
             if j.death:
                 args["death"] = j.death
-            seq.annotate(p, te, {k: v for k, v in args.items() if v is not None})
+            seq.annotate(p, te, _annotations({k: v for k, v in args.items() if v is not None}))
 
 
 def _counter_events(w: Writer, g: CounterGroup, m: int, uuids: dict[str, int], t0: int) -> None:
@@ -285,7 +293,7 @@ def _counter_events(w: Writer, g: CounterGroup, m: int, uuids: dict[str, int], t
     # in track order.
     events.sort(key=lambda e: e[0])
     counter = w.pb.TrackEvent.TYPE_COUNTER
-    seq = PacketSequence(w, m, t0, 0)
+    seq = _sequence(w, m, t0, 0)
     for t_ns, uuid, v in events:
         _, te = seq.event(t_ns, counter)
         te.track_uuid = uuid
@@ -298,3 +306,49 @@ def _counter_events(w: Writer, g: CounterGroup, m: int, uuids: dict[str, int], t
 def _is_int(v: float) -> bool:
     """Whole numbers go out as int64 varints (a byte count in ~5 bytes, not a double's 8)."""
     return isinstance(v, int) or (v.is_integer() and -INT64 <= v < INT64)
+
+
+def _sequence(w: Writer, machine: int, t0: int, track: int) -> PacketSequence:
+    """A packet sequence from t0, the trace's start; one that shifts its clock if that is
+    before 1970 (a method call more per event, only then)."""
+    return PacketSequence(w, machine, t0, track) if t0 >= 0 else _Shifted(w, machine, t0, track)
+
+
+class _Shifted(PacketSequence):
+    """A packet sequence whose clock starts at 0 where the trace starts before 1970: times
+    then go out moved by as much, their offsets from the start kept."""
+
+    def __init__(self, w: Writer, machine: int, t0: int, track: int) -> None:
+        self.shift = max(-t0, 0)
+        super().__init__(w, machine, t0 + self.shift, track)
+
+    def event(self, t_ns: int, kind: int, name: str | None = None) -> tuple[Any, Any]:
+        return super().event(t_ns + self.shift, kind, name)
+
+
+SPARE_ID = 1 << 30  # the first number for ids out of a field's range; Linux's pids stay below 2**22
+
+
+class _Renumber:
+    """Ids as a protobuf field of `limit` takes them: an id within (-limit, limit) as it is,
+    each other one a number of its own from SPARE_ID up."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.spare: dict[int, int] = {}
+
+    def __call__(self, n: int) -> int:
+        if -self.limit <= n < self.limit:
+            return n
+        return self.spare.setdefault(n, SPARE_ID + len(self.spare))
+
+
+def _annotations(args: dict[Any, Any]) -> dict[str, Any]:
+    """Args as debug annotations take them: keys strings, nested values bounded (annotate
+    writes them as JSON text, which a value nested ~1,000 deep would fail)."""
+    for k, v in args.items():
+        if type(k) is not str or isinstance(v, (dict, list, tuple)):
+            return {k if isinstance(k, str) else str(k):
+                    json_safe(v) if isinstance(v, (dict, list, tuple)) else v
+                    for k, v in args.items()}
+    return args
