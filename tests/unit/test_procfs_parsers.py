@@ -82,7 +82,8 @@ def test_tick_agrees_with_parse_stat_and_parse_io():
         st, tick = parse_stat(stat), parse_tick(stat, _IO)
         assert st is not None and tick is not None
         assert tick == (st.comm, st.state, st.utime, st.stime, st.cutime, st.cstime,
-                        st.num_threads, st.rss, st.vsize != 0, (100, 200, 4096, 8192))
+                        st.num_threads, st.rss, st.vsize != 0, (100, 200, 4096, 8192),
+                        st.minflt)
 
 
 def test_tick_io_by_name_where_not_in_the_kernel_order():
@@ -91,7 +92,7 @@ def test_tick_io_by_name_where_not_in_the_kernel_order():
     for io in (b"rchar: 100\nwchar: 200\nsyscr: 3\nsyscw: 4\n",
                b"wchar: 2\nread_bytes: 3\nrchar: 1\nsyscr: 9\nsyscw: 9\nfoo: 5\n", b""):
         tick = parse_tick(stat, io)
-        assert tick is not None and tick[-1] == parse_io(io) and isinstance(tick[-1], Io)
+        assert tick is not None and tick[9] == parse_io(io) and isinstance(tick[9], Io)
 
 
 def test_tick_unmapped_and_bad_stat():

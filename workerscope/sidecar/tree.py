@@ -55,6 +55,10 @@ CTX_COUNTERS = ("ctx_switches_voluntary", "ctx_switches_involuntary")
 FOLDED_INTO_REAPER = frozenset(IO_COUNTERS)
 _STATUS_FIELDS = {k: v for k, v in procfs.STATUS_FIELDS.items()
                   if k not in (b"VmRSS", b"Threads")}  # both come from stat each tick
+_HWM_FIELD = {b"VmHWM": "peak_rss_bytes"}
+# Pages a member may touch (minor faults) before its VmHWM is read off the slow tier: 8 MiB of
+# 4 KiB pages. A busy allocator pays one status read a tick; a quiet one nothing.
+PEAK_FAULTS = 2048
 # Threads of the target read without being named by a job or a span, while the target has
 # at most this many: until spans name their threads, this is how their CPU is known.
 ALL_THREADS_MAX = 64
@@ -179,7 +183,8 @@ class Member:
 
     # A plain class, not a dataclass: making these three classes took ~4 ms of the sidecar's
     # start-up, which `workerscope run` pays once per command (issue 11).
-    __slots__ = ("asleep", "children", "comm", "ctx", "followed", "fresh", "hwm", "io", "io_fd",
+    __slots__ = ("asleep", "children", "comm", "ctx", "faults", "faults_at_hwm", "followed",
+                 "fresh", "hwm", "io", "io_fd",
                  "mapped", "name", "nfds", "nthreads", "own_cpu", "ppid", "quiet", "ran",
                  "reading", "sched_fd", "smaps_fd", "start", "stat_fd", "status_fd", "t",
                  "threads_seen", "tick", "tier", "uss", "zombie")
@@ -219,6 +224,8 @@ class Member:
         self.uss: tuple[float | None, float | None] = _NO_USS
         self.tier = _NO_TIER  # all of them, as the tree sums them
         self.hwm = 0  # last VmHWM read, bytes
+        self.faults = 0  # minor faults (pages touched) at the last reading
+        self.faults_at_hwm = 0  # and when VmHWM was last read
 
     def fds(self) -> list[int]:
         return [self.stat_fd, self.io_fd, self.status_fd, self.smaps_fd, self.sched_fd,
@@ -775,7 +782,8 @@ class ProcessTree:
         if tick is None:  # gone (an empty read), or its pid now another process's
             self._vanished.append(pid)
             return None
-        comm, state, user_t, system_t, cuser_t, csystem_t, nthreads, pages, mapped, counters = tick
+        (comm, state, user_t, system_t, cuser_t, csystem_t, nthreads, pages, mapped, counters,
+         faults) = tick
         if comm != m.comm:
             self._renamed(pid, m, comm)
         m.asleep = state != b"R"
@@ -808,7 +816,9 @@ class ProcessTree:
         elif now_ns - t >= self.min_rate_ns:
             values["cpu_percent"] = (own - m.own_cpu) / ((now_ns - t) / 1e9) * 100.0
             m.own_cpu, m.t = own, now_ns
-        if self._tiers_now or m.fresh or nthreads != m.threads_seen:
+        m.faults = faults
+        if (self._tiers_now or m.fresh or nthreads != m.threads_seen
+                or faults - m.faults_at_hwm >= PEAK_FAULTS):
             self._read_tiers(pid, m, values)
         hwm = m.hwm
         m.mapped = mapped
@@ -866,6 +876,11 @@ class ProcessTree:
         elif _HAVE_CHILDREN_FILE and m.nthreads != m.threads_seen:
             self._list_threads(pid, m)
             self._dirty = True  # a new thread's children are in a file not walked yet
+        if m.faults - m.faults_at_hwm >= PEAK_FAULTS:
+            # It touched enough memory since its high-water mark was read to have peaked and
+            # freed it again: read the mark while the process can still be read (one that
+            # exits before the next slow tier takes its peak with it).
+            self._read_hwm(pid, m, values)
         if not _HAVE_CHILDREN_FILE:
             m.threads_seen = m.nthreads  # no list to hold: not asked again until it changes
         if self._uss_now:
@@ -927,6 +942,21 @@ class ProcessTree:
             tree["unreadable_procs"] = len(self.unreadable & self.members.keys())
         return tree
 
+    def _read_hwm(self, pid: int, m: Member, values: dict[str, float]) -> None:
+        """One member's high-water mark (VmHWM) alone, off the slow tier."""
+        try:
+            if m.status_fd == -1 and self.hold:
+                m.status_fd = self._hold(f"/proc/{pid}/status")
+            data = (_pread_all(m.status_fd) if m.status_fd >= 0
+                    else _read_path(f"/proc/{pid}/status"))
+        except OSError:
+            return
+        m.faults_at_hwm = m.faults
+        peak = procfs.parse_status(data, _HWM_FIELD).get("peak_rss_bytes")
+        if peak is not None:
+            m.hwm = int(peak)
+            values["peak_rss_bytes"] = peak
+
     def _read_slow(self, pid: int, m: Member, values: dict[str, float]) -> None:
         """The slow tier of one member, into values: VmHWM, context switches, the fd count."""
         try:
@@ -939,6 +969,7 @@ class ProcessTree:
             return
         status = procfs.parse_status(data, _STATUS_FIELDS)
         values.update(status)
+        m.faults_at_hwm = m.faults
         if "peak_rss_bytes" in status:
             m.hwm = int(status["peak_rss_bytes"])
         m.ctx = (status.get("ctx_switches_voluntary"), status.get("ctx_switches_involuntary"))
