@@ -23,5 +23,6 @@ def inline_html(timeline: Timeline, title: str = "workerscope report") -> str:
     doc = html.escape(to_html(timeline, title=title), quote=True)
     return (f"<iframe srcdoc=\"{doc}\" sandbox=\"allow-scripts\" "
             f"title=\"{html.escape(title, quote=True)}\" "
-            f"style=\"width:100%;height:{HEIGHT_PX}px;border:1px solid #d0d4da;"
+            f"style=\"box-sizing:border-box;width:100%;height:{HEIGHT_PX}px;"
+            "border:1px solid #d0d4da;"
             "resize:vertical;overflow:auto\"></iframe>")
