@@ -15,7 +15,7 @@ from typing import Any
 from . import protocol
 from .errors import ProtocolError
 from .protocol import CUMULATIVE, Status
-from .timeline import Job, Mark, Sample, Span, Timeline, Worker
+from .timeline import Job, Mark, Sample, Span, Timeline, Worker, bounded_attrs
 from .units import fmt_bytes, fmt_seconds
 
 _INT64 = 2**63
@@ -508,8 +508,11 @@ class TimelineBuilder:
                 raise ValueError("a span record is an array of "
                                  f"{protocol.RECORD_FIELDS} fields")
             r = protocol.SpanRecord(*rec)
-            if r.attrs is not None and not isinstance(r.attrs, dict):
-                raise ValueError("span attrs must be a map")
+            if r.attrs is not None:
+                if not isinstance(r.attrs, dict):
+                    raise ValueError("span attrs must be a map")
+                # at most MAX_DEPTH levels, keys strings: what every view can save
+                r = r._replace(attrs=bounded_attrs(r.attrs))
             if not isinstance(r.cut_short, bool):
                 raise ValueError("a span record's cut_short must be true or false")
             job = None if r.job is None else int(r.job)

@@ -286,11 +286,27 @@ SPAN_FRAME_BUDGET = 256 * 1024
 
 
 def _record_size(r: SpanRecord) -> int:
-    """A cheap upper estimate of a record's packed size."""
+    """A cheap estimate of a record's packed size."""
     size = 64 + len(r.name) + (len(r.error) if r.error else 0)
     if r.attrs:
-        size += sum(len(str(k)) + len(str(v)) + 8 for k, v in r.attrs.items())
+        size += _value_size(r.attrs, 8)
     return size
+
+
+def _value_size(value: Any, depth: int) -> int:
+    """About the bytes msgpack writes for `value`, looking `depth` levels deep (attrs may nest
+    a thousand levels: str() of them recursed until the sidecar died)."""
+    if isinstance(value, (str, bytes)):
+        return len(value) + 5
+    if isinstance(value, dict):
+        if depth <= 0:
+            return 64 * len(value)
+        return 5 + sum(_value_size(k, 0) + _value_size(v, depth - 1) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        if depth <= 0:
+            return 64 * len(value)
+        return 5 + sum(_value_size(v, depth - 1) for v in value)
+    return 9
 
 
 def span_bodies(pid: int, records: list[SpanRecord], threads: list[list[Any]],

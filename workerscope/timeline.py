@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 from . import protocol
 from .errors import FileFormatError, OutputPathError, ProtocolError, WorkerscopeError
 from .protocol import Status
-from .units import fmt_seconds
+from .units import CUT, MAX_DEPTH, fmt_seconds
 
 FILE_VERSION = 1
 
@@ -211,8 +211,8 @@ class Timeline:
             "workers": [dataclasses.asdict(w) for w in self.workers.values()],
             # Field order as declared; plain tuples (astuple deep-copies every record, 40x slower).
             "jobs": [_row(j, _JOB_FIELDS) for j in self.jobs],
-            "spans": [_row(s, _SPAN_FIELDS) for s in self.spans],
-            "marks": [_row(m, _MARK_FIELDS) for m in self.marks],
+            "spans": [_attrs_row(_row(s, _SPAN_FIELDS), _SPAN_ATTRS) for s in self.spans],
+            "marks": [_attrs_row(_row(m, _MARK_FIELDS), _MARK_ATTRS) for m in self.marks],
             "samples": [(s.worker, s.t_ns, s.scope, s.pid, s.values) if s.tid is None
                         else (s.worker, s.t_ns, s.scope, s.pid, s.values, s.tid)
                         for s in self.samples],
@@ -321,6 +321,42 @@ _MARK_FIELDS = tuple(f.name for f in dataclasses.fields(Mark))
 
 def _row(record: Any, names: tuple[str, ...]) -> tuple[Any, ...]:
     return tuple(getattr(record, n) for n in names)
+
+
+_SPAN_ATTRS = _SPAN_FIELDS.index("attrs")
+_MARK_ATTRS = _MARK_FIELDS.index("attrs")
+_CONTAINERS = (dict, list, tuple)
+
+
+def _attrs_row(row: tuple[Any, ...], at: int) -> tuple[Any, ...]:
+    """A record's row with its attrs made loadable: a .wsc map's keys must be strings (the
+    reader's strict_map_key), and attrs keep at most units.MAX_DEPTH levels. The row itself
+    where nothing needs it, which is the common case, checked cheaply."""
+    attrs = row[at]
+    if attrs is None:
+        return row
+    fixed = bounded_attrs(attrs)
+    return row if fixed is attrs else (*row[:at], fixed, *row[at + 1:])
+
+
+def bounded_attrs(value: Any, depth: int = MAX_DEPTH) -> Any:
+    """Attrs as a .wsc holds them: map keys strings, at most `depth` levels of containers
+    (deeper ones are CUT and their type); `value` itself where it needs nothing."""
+    if type(value) is dict:
+        if (all(type(k) is str for k in value)
+                and not any(type(v) in _CONTAINERS for v in value.values())):
+            return value
+        if depth <= 0:
+            return CUT + repr(type(value).__name__)
+        return {k if isinstance(k, str) else str(k): bounded_attrs(v, depth - 1)
+                for k, v in value.items()}
+    if type(value) in (list, tuple):
+        if not any(type(v) in _CONTAINERS for v in value):
+            return value
+        if depth <= 0:
+            return CUT + repr(type(value).__name__)
+        return [bounded_attrs(v, depth - 1) for v in value]
+    return value
 
 
 # A straggler takes over 1.5x the median of its peers, judged among at least three.

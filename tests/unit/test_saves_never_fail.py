@@ -159,8 +159,6 @@ def test_wsc_round_trip(tmp_path):
     assert math.isnan(got[("h:1:2", 2)].attrs["nan"])
 
 
-@pytest.mark.xfail(strict=True, reason="Timeline.to_dict writes attrs' non-string keys as "
-                   "they are, and load (strict_map_key) refuses them: timeline.py's to fix")
 def test_wsc_with_keys_that_are_not_strings_loads_back(tmp_path):
     """A .wsc of attrs with keys that are not strings loads back."""
     load(_hostile().save(tmp_path / "t.wsc"))
