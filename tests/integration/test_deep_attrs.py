@@ -21,9 +21,8 @@ def test_deep_attrs_reach_the_timeline_cut_and_every_format_saves(clean_env, tmp
     """A span with attrs 1,000 levels deep: the sidecar lives (it died of a RecursionError
     sizing the frame), the span arrives with its attrs cut at a bounded depth, and the
     timeline saves as .wsc (and loads back), .json, .html and .pftrace."""
-    with monitor(interval=0.5) as m:
-        with span("deep", v=_deep(1000)):
-            pass
+    with monitor(interval=0.5) as m, span("deep", v=_deep(1000)):
+        pass
     t = m.timeline
     assert all(w.status != Status.SIDECAR_LOST for w in t.workers.values())
     [deep] = [s for s in t.spans if s.name == "deep"]
