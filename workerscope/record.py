@@ -33,7 +33,7 @@ from . import protocol
 from .builder import TimelineBuilder
 from .errors import FileFormatError, ProtocolError, WorkerscopeError
 from .protocol import Status
-from .timeline import Timeline
+from .timeline import Timeline, open_no_foreign_link
 from .timeline import load as load_timeline
 
 _STATUS_VALUES = frozenset(s.value for s in Status)
@@ -144,9 +144,10 @@ class RecordWriter:
         self.failed = 0  # entries a write failed for
         self.last_error: str | None = None
         self.closed = False
-        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (0 if resume else os.O_TRUNC)
+        flags = os.O_WRONLY | os.O_CREAT | (0 if resume else os.O_TRUNC)
         try:
-            fd = os.open(self.path, flags, mode)
+            # Never through another user's symlink (a record often lies in a shared folder).
+            fd = open_no_foreign_link(self.path, flags, mode)
             if resume:  # a record this program wrote and closed: go on after its last entry
                 self.bytes = os.lseek(fd, 0, os.SEEK_END)
         except OSError as err:

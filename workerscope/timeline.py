@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import errno
 import os
 import stat
 from collections.abc import Callable, Sequence
@@ -379,19 +380,70 @@ def is_straggler(value: float, peers: Sequence[float], factor: float = STRAGGLER
 def write_atomic(path: str, data: bytes | Callable[[BinaryIO], object]) -> str:
     """Write through a temporary file and a rename: a reader never sees half a file, and a
     failed write leaves any earlier file whole. data: the bytes, or a function that writes
-    them to the open file as they are made (a large trace, streamed)."""
-    tmp = f"{path}.tmp{os.getpid()}"
+    them to the open file as they are made (a large trace, streamed).
+
+    Safe in a shared folder: the temporary file is made new (O_EXCL, O_NOFOLLOW) under a name
+    nobody can guess, so a symlink planted at it is never followed; the rename replaces a
+    symlink at `path` itself rather than write through it, and where `path` is the user's own
+    symlink the file goes to its target (another user's is replaced, never followed)."""
+    target = own_link_target(path)
+    folder, base = os.path.split(target)
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{base}.tmp{os.getpid()}-{os.urandom(6).hex()}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise OutputPathError(f"cannot write {path!r}: no free temporary name in {folder!r}")
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(fd, "wb") as f:
             if isinstance(data, bytes):
                 f.write(data)
             else:
                 data(f)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     finally:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
     return path
+
+
+def own_link_target(path: str) -> str:
+    """Where a file at `path` goes: `path`, or where it points when it is a symlink of this
+    user's (resolved whole). Another user's symlink is not followed: `path` itself, which a
+    rename replaces (opening it takes O_NOFOLLOW, see open_no_foreign_link)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return path
+    if stat.S_ISLNK(st.st_mode) and st.st_uid == os.getuid():
+        return os.path.realpath(path)
+    return path
+
+
+def open_no_foreign_link(path: str, flags: int, mode: int) -> int:
+    """os.open of a file to write in place (a record), never through another user's symlink:
+    O_NOFOLLOW, and a symlink of this user's own followed to its target. OSError as os.open's;
+    OutputPathError for a symlink of someone else's."""
+    target = own_link_target(path)
+    try:
+        return os.open(target, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as err:
+        # ELOOP: O_NOFOLLOW met a link; EACCES: the kernel's own guard in a sticky folder
+        # (fs.protected_regular) met one
+        if err.errno not in (errno.ELOOP, errno.EACCES):
+            raise
+        try:
+            st = os.lstat(target)
+        except OSError:
+            raise err from None
+        if not stat.S_ISLNK(st.st_mode):
+            raise
+    raise OutputPathError(f"{path!r} is a symlink of another user's (uid {st.st_uid}): not "
+                          "written through; remove it, or give another path")
 
 
 def _write_wsc(timeline: Timeline, path: str) -> str:

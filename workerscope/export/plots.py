@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from ..errors import MissingExtraError
-from ..timeline import Span, Timeline
+from ..timeline import Span, Timeline, write_atomic
 from ..units import binary_scale, short_worker
 from .attribution import DIED
 from .breakdown import OTHERS
@@ -188,6 +188,7 @@ def figure(t: Timeline) -> Any:
 
 
 def save_png(t: Timeline, path: str | os.PathLike[str]) -> str:
-    """Write the figure as a PNG. Returns the path."""
-    figure(t).savefig(os.fspath(path), dpi=100)
-    return os.fspath(path)
+    """Write the figure as a PNG, through timeline.write_atomic as every save (a temporary
+    file nobody can plant a link at, then a rename). Returns the path."""
+    fig = figure(t)
+    return write_atomic(os.fspath(path), lambda f: fig.savefig(f, format="png", dpi=100))
