@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
 import threading
@@ -72,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
                 _wait(sub, args.jobs, stop)
             if stop.is_set():
                 print("stopped", file=sys.stderr)
+            if lines.printer is not None:
+                lines.printer.drain(1.0)  # not for ever: stdout may be read by nobody
             if record is None and args.output:
                 # Everything received so far is in the timeline, Ctrl-C or not.
                 timeline = sub.timeline()
@@ -87,22 +90,79 @@ def run(args: argparse.Namespace) -> int:
 LOST_EVERY = 0.25  # seconds between two looks at the workers' counts of lost frames
 
 
+MAX_LINES = 10_000  # lines waiting for stdout; past them, lines are counted, not kept
+
+
+class _Printer:
+    """Lines to stdout from a thread of their own: the receive thread hands them over and goes
+    on, so a stdout nobody reads (`listen | less` left alone, Ctrl-S) never stalls what the
+    driver records. Past MAX_LINES waiting, lines are dropped and the count said once stdout
+    takes lines again. os.write, not print: a write blocked in this (daemon) thread holds no
+    lock the interpreter's exit would wait on."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.lines: collections.deque[str] = collections.deque()
+        self.dropped = 0
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="workerscope-listen-out",
+                                       daemon=True)
+        self.thread.start()
+
+    def put(self, line: str) -> None:
+        if len(self.lines) >= MAX_LINES:
+            self.dropped += 1
+        else:
+            self.lines.append(line)
+        self.ready.set()
+
+    def _run(self) -> None:
+        while True:
+            self.ready.wait()
+            self.ready.clear()
+            while self.lines:
+                batch = [self.lines.popleft() for _ in range(min(len(self.lines), 256))]
+                if self.dropped:
+                    batch.append(f"... {self.dropped} line(s) not shown: stdout was not read "
+                                 "fast enough (every frame is in the record)")
+                    self.dropped = 0
+                data = ("\n".join(batch) + "\n").encode(errors="replace")
+                try:
+                    while data:
+                        data = data[os.write(self.fd, data):]
+                except OSError:
+                    return  # stdout closed (a pipe's reader quit): nothing more to show
+
+    def drain(self, timeout: float) -> None:
+        """Wait up to `timeout` s for the lines waiting to be written."""
+        deadline = time.monotonic() + timeout
+        while self.lines and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
 class _FrameLines:
     """The on_frame of a listen that is not quiet: a line per frame, and a `lost` line when
-    a worker's count of lost frames grows."""
+    a worker's count of lost frames grows, written by a _Printer."""
 
     def __init__(self, frame_line: Callable[[protocol.Frame], str]) -> None:
         self.frame_line = frame_line
         self.sub: Subscriber | None = None  # set once the Subscriber it serves is made
         self.lost_seen: dict[str, int] = {}
         self.looked = 0.0  # when sub.lost was last looked at
+        self.printer: _Printer | None = None  # made at the first frame
+
+    def _print(self, line: str) -> None:
+        if self.printer is None:
+            sys.stdout.flush()  # what print() wrote before goes first
+            self.printer = _Printer(sys.stdout.fileno())
+        self.printer.put(line)
 
     def __call__(self, frame: protocol.Frame) -> None:
         try:
             line = self.frame_line(frame)
         except (TypeError, ValueError):
             line = printable(f"{frame.kind:<9} {frame.worker}  (body not shown: unexpected values)")
-        print(line, flush=True)
+        self._print(line)
         now = time.monotonic()
         if self.sub is None or now - self.looked < LOST_EVERY:
             return
@@ -111,7 +171,7 @@ class _FrameLines:
         for wid, lost in self.sub.lost.items():
             seen = self.lost_seen.get(wid, 0)
             if lost > seen:
-                print(printable(f"lost      {wid}  {lost - seen} frame(s)"), flush=True)
+                self._print(printable(f"lost      {wid}  {lost - seen} frame(s)"))
                 self.lost_seen[wid] = lost
 
 
