@@ -153,8 +153,13 @@ class _FrameLines:
 
     def _print(self, line: str) -> None:
         if self.printer is None:
+            try:
+                fd = sys.stdout.fileno()
+            except (AttributeError, OSError, ValueError):
+                print(line, flush=True)  # a stdout that is no file (captured): as it is
+                return
             sys.stdout.flush()  # what print() wrote before goes first
-            self.printer = _Printer(sys.stdout.fileno())
+            self.printer = _Printer(fd)
         self.printer.put(line)
 
     def __call__(self, frame: protocol.Frame) -> None:
