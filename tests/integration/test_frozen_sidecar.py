@@ -36,3 +36,30 @@ def test_jobs_go_on_when_the_sidecar_is_stopped(clean_env):
         launcher.close_all(wait=True)
         worker.join()
     sidecar.wait(timeout=30)
+
+
+def test_a_monitor_on_a_frozen_sidecar_waits_seconds_not_thirty(clean_env):
+    """monitor() (which waits for its timeline) on a sidecar stopped mid-job gives up within a
+    few seconds, with a timeline that says the sidecar was lost, and why (it waited 30 s)."""
+    import time
+
+    from workerscope import monitor
+    from workerscope.protocol import Status
+
+    with monitor(interval=0.1):
+        pass  # the sidecar is up
+    (link,) = launcher._links.values()
+    sidecar = link.proc
+    try:
+        started = time.monotonic()
+        with monitor(interval=0.1) as m:
+            sidecar.send_signal(signal.SIGSTOP)
+        waited = time.monotonic() - started
+        assert waited < 10, waited
+        assert m.timeline is not None
+        assert [w.status for w in m.timeline.workers.values()] == [Status.SIDECAR_LOST]
+        assert any("stopped" in e for w in m.timeline.workers.values() for e in w.errors)
+    finally:
+        sidecar.send_signal(signal.SIGCONT)
+        launcher.close_all(wait=True)
+    sidecar.wait(timeout=30)

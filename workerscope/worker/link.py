@@ -35,6 +35,10 @@ REPLY_TIMEOUT = 30.0
 # (a debugger, a frozen container) stops reading; past this the link gives up and the job goes
 # on unmonitored, instead of blocking for ever with the link's lock held.
 WRITE_TIMEOUT = 5.0
+# While it waits for an answer, the worker looks this often whether the sidecar is stopped,
+# and gives up on one stopped this long (rather than wait REPLY_TIMEOUT for it).
+FROZEN_LOOK_S = 0.25
+FROZEN_S = 2.0
 
 
 class SidecarLink:
@@ -55,6 +59,7 @@ class SidecarLink:
         self.writer: spans.Writer | None = None  # this process's ring
         self.ring_error: str | None = None
         self.dead = False
+        self._stopped_since: float | None = None  # when the sidecar was first seen stopped
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -169,6 +174,25 @@ class SidecarLink:
             self.remove_rings()  # the sidecar is gone (or never came): nobody else will
         self.dead = True
 
+    def _frozen(self) -> bool:
+        """Whether the sidecar process has been stopped (state T or t) for FROZEN_S: a busy
+        one (a big job's timeline to build) is waited for, a stopped one is not."""
+        if self.proc is None:
+            return False
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                data = f.read()
+            state = data[data.rindex(b")") + 2:][:1]
+        except (OSError, ValueError):
+            return False
+        now = time.monotonic()
+        if state not in (b"T", b"t"):
+            self._stopped_since = None
+            return False
+        if self._stopped_since is None:
+            self._stopped_since = now
+        return now - self._stopped_since >= FROZEN_S
+
     def _sidecar_running(self) -> bool:
         if self.thread is not None:
             return self.thread.is_alive()
@@ -254,10 +278,15 @@ class SidecarLink:
             if left <= 0 or self._sock is None:
                 self.dead = True
                 raise SidecarError(f"the sidecar did not answer within {timeout:g} s")
-            self._sock.settimeout(left)
+            self._sock.settimeout(min(left, FROZEN_LOOK_S))
             try:
                 chunk = self._sock.recv(1 << 20)
             except TimeoutError:
+                if self._frozen():
+                    self.dead = True
+                    raise SidecarError(
+                        f"the sidecar is stopped (SIGSTOP, a debugger, a frozen container?) "
+                        f"and has been for {FROZEN_S:g} s: the job goes on unmonitored") from None
                 continue
             except OSError as err:
                 self.dead = True
