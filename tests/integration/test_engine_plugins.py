@@ -51,7 +51,7 @@ def test_dask_plugin_every_task_a_job(clean_env):
         t = sub.timeline()
 
     failed = [j for j in t.jobs if j.name == "bad-task"]
-    assert [(j.status, j.error) for j in failed] == [("error", "ValueError")]
+    assert [(j.status, j.error) for j in failed] == [("error", "ValueError: no")]
     t.jobs.remove(failed[0])
     assert sorted(j.name for j in t.jobs) == sorted(keys)
     assert all(j.status == "ok" for j in t.jobs), [(j.name, j.status, j.error) for j in t.jobs]

@@ -122,6 +122,8 @@ class Sidecar:
         self.rings: Rings | None = None
         self.first_job_pending = True
         self.pending: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        # Jobs whose ends a drain met (pump): ended once its spans are sent (finish_ending).
+        self.ending: list[tuple[OpenJob, dict[str, Any]]] = []
         self.pipe_broken = False
 
     # -- frames ------------------------------------------------------------------------------
@@ -362,11 +364,12 @@ class Sidecar:
                                                now or time.monotonic_ns()):
             for tid, _ in body.get("threads", ()):  # a thread that records spans: its own CPU
                 self.tree.watch_thread(int(body["pid"]), int(tid))  # from the next tick on
-            job = self.jobs.get(job_id) if job_id is not None else None
+            job = (self.jobs.get(job_id) or self.ending_job(job_id)) if job_id is not None else None
             self.emit(kind, body, jobs=None if job_id == EVERY_JOB else [job] if job else [])
         if final:
             rings.close()
             self.rings = None
+        self.finish_ending()
 
     def pump(self) -> None:
         """Read what the worker has already written to the pipe, without waiting, and start
@@ -385,13 +388,47 @@ class Sidecar:
                 self.errors.append(f"bad pipe message: {err}")
                 self.pipe_broken = True
                 break
-        starts = [m for m in self.pending if m[0] == protocol.JOB_START]
-        if starts:
-            rest = [m for m in self.pending if m[0] != protocol.JOB_START]
-            self.pending.clear()
-            self.pending.extend(rest)
-            for kind, body in starts:
+        # In order, up to the last job start: a job's end is never handled after a start that
+        # came later (starts raced ahead of ends, and a fast worker's jobs piled up open). An
+        # end met here waits for the drain that called this (its spans go first, see
+        # ending), so its job leaves the open ones now.
+        last = max((i for i, m in enumerate(self.pending) if m[0] == protocol.JOB_START),
+                   default=-1)
+        for _ in range(last + 1):
+            kind, body = self.pending[0]
+            if kind == protocol.CLOSE:
+                break
+            self.pending.popleft()
+            if kind == protocol.JOB_END:
+                self.defer_end(body)
+            else:
                 self.handle(kind, body)
+
+    def defer_end(self, body: dict[str, Any]) -> None:
+        """A job end met while the rings are being drained: its job is closed to what comes
+        after (its end time known to the rings, out of the open jobs), and ended once this
+        drain has sent its spans (finish_ending)."""
+        try:
+            job = self.jobs.pop(int(body["job"]), None)
+        except (KeyError, TypeError, ValueError) as err:
+            self.errors.append(f"bad job_end message: {err!r}")
+            return
+        if job is None:
+            return
+        if self.rings is not None:
+            self.rings.jobs.end(job.job, int(body.get("t", time.monotonic_ns())))
+        self.ending.append((job, body))
+
+    def ending_job(self, job_id: int) -> OpenJob | None:
+        return next((job for job, _ in self.ending if job.job == job_id), None)
+
+    def finish_ending(self) -> None:
+        """End the jobs whose ends were met during a drain, in order, now that their spans
+        are sent."""
+        while self.ending:
+            job, body = self.ending.pop(0)
+            self.jobs[job.job] = job  # end_job takes it from the open jobs
+            self.complete_end(job, body)
 
     def on_job_end(self, body: dict[str, Any]) -> None:
         job = self.jobs.get(int(body["job"]))
@@ -401,6 +438,11 @@ class Sidecar:
             # The job's spans go before its end (the worker wrote them before it sent this).
             self.rings.jobs.end(job.job, int(body.get("t", time.monotonic_ns())))
             self.drain_rings()
+        if job.job in self.jobs:  # not ended meanwhile (a drain ends what it met)
+            self.complete_end(job, body)
+
+    def complete_end(self, job: OpenJob, body: dict[str, Any]) -> None:
+        """A job's last sample, its end frame, and its frames back to the worker if asked."""
         if not self.sampled_recently():
             self.sample(flush=True, edge=True)
         else:
