@@ -242,8 +242,11 @@ def resolve(environ: Mapping[str, str] | None = None, /, **given: object) -> Con
             except ConfigError as err:
                 raise ConfigError(f"{s.env}={shown(s, raw)!r}: {err}") from err
     for name, value in given.items():
-        if value is not None and name not in values:
-            values[name] = _BY_NAME[name].parse(name, value)
+        if value is not None:
+            # Checked even where a variable overrides it here: the same call elsewhere, where
+            # no variable does, would take it.
+            parsed = _BY_NAME[name].parse(name, value)
+            values.setdefault(name, parsed)
     if environ is None:
         _warn_unknown(env)
     return Config(**values)

@@ -142,3 +142,24 @@ def test_a_typo_in_a_variable_is_said_once(monkeypatch, caplog):
         resolve()
     said = [r.getMessage() for r in caplog.records if "INTERVALL" in r.getMessage()]
     assert len(said) == 1 and "WORKERSCOPE_INTERVAL?" in said[0]
+
+
+def test_a_bad_variable_never_breaks_making_a_job(clean_env, caplog):
+    """WORKERSCOPE_INTERVAL=abc where a module's @profiled is imported (a pool worker), or a
+    monitor() is made: both are made, with the settings given (they raised ConfigError, which
+    breaks a process pool while it unpickles its task)."""
+    clean_env.setenv("WORKERSCOPE_INTERVAL", "abc")
+    wrapped = profiled(len, mode="off")
+    assert wrapped([1, 2]) == 2
+    with caplog.at_level(logging.WARNING, logger="workerscope"):
+        m = monitor(mode="off", interval=0.5)
+    assert m.config.interval == 0.5
+    assert any("WORKERSCOPE_INTERVAL" in r.getMessage() for r in caplog.records)
+
+
+def test_a_bad_argument_is_refused_even_where_a_variable_overrides_it():
+    """interval=0 is refused though WORKERSCOPE_INTERVAL=0.5 overrides it here: elsewhere,
+    where no variable does, the job would have failed (it was never checked)."""
+    with pytest.raises(ConfigError, match="interval"):
+        resolve({"WORKERSCOPE_INTERVAL": "0.5"}, interval=0)
+    assert resolve({"WORKERSCOPE_INTERVAL": "0.5"}, interval=2.0).interval == 0.5

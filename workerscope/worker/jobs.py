@@ -303,7 +303,13 @@ class monitor:
     def __init__(self, name: str = "monitor", **options: Unpack[Options]) -> None:
         if options.get("mode") is None:
             options["mode"] = "heavy"
-        self.config = resolve(**options)
+        try:
+            self.config = resolve(**options)
+        except ConfigError as err:
+            # A bad WORKERSCOPE_* value where the block runs must not stop it: the block runs
+            # with the settings given here, and that is said once.
+            self.config = resolve({}, **options)
+            _warn_once(f"{err}; the block runs with the settings given to monitor()")
         check_out(self.config.out, folder=True)  # before the block runs, not after it
         self.name = name
         self.timeline: Timeline | None = None
@@ -352,7 +358,10 @@ class _Profiled(Generic[P, R]):
     def __init__(self, fn: Callable[P, R], /, **options: Unpack[Options]) -> None:
         # A bad option fails here, in the driver, not in every worker. The out folder is not
         # checked: it is the workers' machine's, which may not be this one.
-        check_out(resolve(**options).out, folder=False)
+        # The arguments only: this runs again wherever the function is unpickled by
+        # reference (a module's @profiled, imported by every pool worker), where a bad
+        # WORKERSCOPE_* variable must not break the import; _config reads those at each call.
+        check_out(resolve({}, **options).out, folder=False)
         # First: update_wrapper copies fn's own attributes, which must not shadow ours (a
         # callable object with an attribute named fn or options).
         _disguise(self, fn)
@@ -539,7 +548,7 @@ class profiled(_Profiled[P, R]):
 
     def __new__(cls, fn: Callable[P, R] | None = None, /, **options: Unpack[Options]) -> Any:
         if fn is None:  # @profiled(mode=..., ...): a decorator
-            resolve(**options)  # a bad option fails at the decorator, not at first call
+            resolve({}, **options)  # a bad option fails at the decorator, not at first call
             return lambda f: cls(f, **options)
         return super().__new__(cls)
 
