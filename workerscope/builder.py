@@ -511,8 +511,8 @@ class TimelineBuilder:
             if r.attrs is not None:
                 if not isinstance(r.attrs, dict):
                     raise ValueError("span attrs must be a map")
-                # at most MAX_DEPTH levels, keys strings: what every view can save
-                r = r._replace(attrs=bounded_attrs(r.attrs))
+                if self.keep:  # at most MAX_DEPTH levels, keys strings: what views save
+                    r = r._replace(attrs=bounded_attrs(r.attrs))
             if not isinstance(r.cut_short, bool):
                 raise ValueError("a span record's cut_short must be true or false")
             job = None if r.job is None else int(r.job)
@@ -657,5 +657,7 @@ def build(frames: Iterable[bytes]) -> Timeline:
     """The Timeline of encoded driver frames (a job's frames from its sidecar, a record)."""
     builder = TimelineBuilder()
     for data in frames:
-        builder.add(protocol.decode_frame(data))
+        # A job's own frames, from its own sidecar: one the wire would not carry (a sample of
+        # thousands of processes) is still the job's.
+        builder.add(protocol.decode_frame(data, protocol.MAX_PIPE_BYTES))
     return builder.timeline()

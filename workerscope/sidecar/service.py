@@ -490,7 +490,7 @@ class Sidecar:
         path = out_path(str(job.out), pid=self.target, job=job.job)
         try:
             save(build(job.frames), path)
-        except (OSError, ValueError, WorkerscopeError) as err:
+        except Exception as err:  # noqa: BLE001 - an exporter's failure must not kill the sidecar
             # A full disk or a bad path must not lose the rest: the driver still has the frames.
             self.errors.append(f"could not write {path}: {err}")
             log.warning("could not write %s: %s", path, err)

@@ -269,6 +269,7 @@ class SidecarLink:
 
     def _wait_locked(self, kind: str, deadline: float, timeout: float,
                      job: int | None) -> dict[str, Any]:
+        self._stopped_since = None  # a stop seen in an earlier wait says nothing of this one
         while True:
             for i, (k, body) in enumerate(self._inbox):
                 if k == kind and (job is None or body.get("job") == job):
@@ -297,6 +298,7 @@ class SidecarLink:
             if not chunk:
                 self.dead = True
                 raise SidecarError("the sidecar exited")
+            self._stopped_since = None  # it answered: running again
             try:
                 self._inbox.extend(self._reader.feed(chunk))
             except ProtocolError as err:
