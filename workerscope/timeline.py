@@ -415,12 +415,15 @@ def own_link_target(path: str) -> str:
     """Where a file at `path` goes: `path`, or where it points when it is a symlink of this
     user's (resolved whole). Another user's symlink is not followed: `path` itself, which a
     rename replaces (opening it takes O_NOFOLLOW, see open_no_foreign_link)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return path
-    if stat.S_ISLNK(st.st_mode) and st.st_uid == os.getuid():
-        return os.path.realpath(path)
+    for _ in range(40):  # the kernel's own bound on links followed
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return path
+        if not stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid():
+            return path  # a file, or a link of someone else's: not followed further
+        # one hop at a time, each link's owner looked at (realpath would follow them all)
+        path = os.path.join(os.path.dirname(path), os.readlink(path))
     return path
 
 

@@ -74,3 +74,16 @@ def test_a_record_through_one_s_own_symlink_is_written(clean_env, tmp_path):
     with Subscriber(record=link):
         pass
     assert target.stat().st_size > 0 and link.is_symlink()
+
+
+def test_one_s_own_link_to_another_user_s_link_stops_there(clean_env, shared, tmp_path):
+    """A save through the user's own link that points at another user's link replaces that
+    link, never its target (the chain was resolved whole)."""
+    folder, secret = shared
+    theirs = folder / "theirs.json"
+    _plant(theirs, secret)
+    mine = tmp_path / "mine.json"
+    os.symlink(theirs, mine)
+    timeline(workers=[worker()]).save(mine)
+    assert secret.read_text() == "the victim's own data\n"
+    assert not theirs.is_symlink() and mine.is_symlink()

@@ -104,6 +104,7 @@ class _Printer:
         self.fd = fd
         self.lines: collections.deque[str] = collections.deque()
         self.dropped = 0
+        self.writing = 0  # lines taken from the queue and not written yet
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, name="workerscope-listen-out",
                                        daemon=True)
@@ -121,7 +122,8 @@ class _Printer:
             self.ready.wait()
             self.ready.clear()
             while self.lines:
-                batch = [self.lines.popleft() for _ in range(min(len(self.lines), 256))]
+                self.writing = n = min(len(self.lines), 256)
+                batch = [self.lines.popleft() for _ in range(n)]
                 if self.dropped:
                     batch.append(f"... {self.dropped} line(s) not shown: stdout was not read "
                                  "fast enough (every frame is in the record)")
@@ -131,12 +133,14 @@ class _Printer:
                     while data:
                         data = data[os.write(self.fd, data):]
                 except OSError:
+                    self.writing = 0
                     return  # stdout closed (a pipe's reader quit): nothing more to show
+                self.writing = 0
 
     def drain(self, timeout: float) -> None:
         """Wait up to `timeout` s for the lines waiting to be written."""
         deadline = time.monotonic() + timeout
-        while self.lines and time.monotonic() < deadline:
+        while (self.lines or self.writing) and time.monotonic() < deadline:
             time.sleep(0.01)
 
 

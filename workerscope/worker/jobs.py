@@ -170,7 +170,11 @@ class _HeavyJob:
             except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
                 self.lost = str(err)
                 _warn(f"sidecar lost during the job: {err!r}")
-        self.timeline = self._lost_timeline(status, error, tb)
+        try:
+            self.timeline = self._lost_timeline(status, error, tb)
+        except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
+            _warn(f"the job's timeline could not be built: {err!r}")
+            self.timeline = Timeline()
         if self.config.out:
             # The sidecar would have written this file; with it gone, the worker does, under
             # the same name ({pid}, {job}, {host} filled in the same way).
@@ -330,7 +334,10 @@ class monitor:
         if job is None:
             return  # mode off
         job.end(exc)
-        self.timeline = job.timeline
+        try:
+            self.timeline = job.timeline
+        except Exception as err:  # noqa: BLE001 - monitoring must never break the block it watches
+            _warn(f"the block's timeline could not be built: {err!r}")
         if isinstance(job, _LightJob):
             self.stats = job.stats
 
