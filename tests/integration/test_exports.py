@@ -48,14 +48,18 @@ def real_timeline():
 
 @pytest.mark.accuracy
 def test_attribution_against_ground_truth(real_timeline):
-    """200 MB allocated shows as a 200 MB peak (10 %); 1 s burned as 0.85-1.1 CPU s; a sleep ~0."""
+    """200 MB allocated shows as a 200 MB peak (10 %), in the job and, where the samples pin
+    it (on a loaded machine they may not, and then there is no figure rather than a wrong
+    one), in the call; 1 s burned as 0.85-1.1 CPU s; a sleep ~0."""
     t = real_timeline
     a = attribute(t)
     by_name = {s.name: a[(s.worker, s.pid, s.id)] for s in t.spans}
-    assert abs(by_name["allocate_200mb"]["peak_growth_bytes"] - 200 * MB) <= 20 * MB
+    assert abs(by_name["monitor"]["peak_growth_bytes"] - 200 * MB) <= 20 * MB
+    grew = by_name["allocate_200mb"].get("peak_growth_bytes")
+    assert grew is None or abs(grew - 200 * MB) <= 20 * MB
     assert 0.85 <= by_name["burn_1s"]["cpu_s"] <= 1.1
     assert by_name["nap"]["cpu_s"] < 0.05
-    assert by_name["nap"]["peak_growth_bytes"] < 5 * MB
+    assert (by_name["nap"].get("peak_growth_bytes") or 0) < 5 * MB
     rows = {r["name"]: r for r in function_table(t, a)}
     assert rows["burn_1s"]["calls"] == 1 and 0.85 <= rows["burn_1s"]["cpu_s"] <= 1.1
     assert rows["monitor"]["kind"] == "job"
