@@ -122,6 +122,8 @@ def stats(start: Reading, end: Reading, peak_reset: bool) -> dict[str, float]:
 
 # How long a light worker waits at exit for the driver to take its last frames.
 EXIT_WAIT = 0.5
+# ... and, where its connection's handshake is not done yet, this long for it.
+CONNECT_WAIT = 3.0
 log = logging.getLogger("workerscope")
 
 
@@ -164,7 +166,13 @@ class _Sender:
             try:
                 # The driver says nothing to a light worker before its bye: the wait is
                 # skipped when no driver was ever heard from and a connection failed.
-                self.outbox.wait_ack(self.seq, min(self.config.bye_timeout, EXIT_WAIT))
+                wait = min(self.config.bye_timeout, EXIT_WAIT)
+                if not self.outbox.nobody_listened and not self.outbox.heard:
+                    # Still connecting (a short-lived process: a Lithops call's): its frames
+                    # go once the handshake is done, which a loaded machine can take a while
+                    # to finish. A failed connection ends this wait at once.
+                    wait = max(wait, CONNECT_WAIT)
+                self.outbox.wait_ack(self.seq, wait)
             finally:
                 self.outbox.close()
         from ..transport import not_delivered
