@@ -13,10 +13,10 @@ import time
 import pytest
 from helpers import python_script
 
-from workerscope import Subscriber, protocol
+from workerscope import Subscriber, cgroup, protocol
 from workerscope.builder import TimelineBuilder
 from workerscope.errors import ProtocolError
-from workerscope.procfs import cgroup_mounts, parse_stat_exit, read_memory_cgroup
+from workerscope.procfs import parse_stat_exit
 from workerscope.sidecar.death import DeathWatch, find_oom_record
 from workerscope.timeline import Job, Timeline
 
@@ -27,15 +27,7 @@ LIMIT = 64 * 1024 * 1024
 # -- a memory cgroup of the test's own ---------------------------------------------------------
 def _own_memory_cgroup() -> tuple[int, str] | None:
     """(version, directory) of this process's memory cgroup, where this process can see it."""
-    found, mounts = read_memory_cgroup(os.getpid()), cgroup_mounts()
-    if found is None or found[0] not in mounts:
-        return None
-    version, path = found
-    root, point = mounts[version]
-    root = root.rstrip("/")
-    if root and not (path == root or path.startswith(root + "/")):
-        return None
-    return version, os.path.normpath(os.path.join(point, path[len(root):].lstrip("/")))
+    return cgroup.memory_dir(os.getpid())
 
 
 def _write(path: str, text: str) -> None:

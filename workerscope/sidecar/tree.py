@@ -942,14 +942,20 @@ class ProcessTree:
             tree["unreadable_procs"] = len(self.unreadable & self.members.keys())
         return tree
 
-    def _read_hwm(self, pid: int, m: Member, values: dict[str, float]) -> None:
-        """One member's high-water mark (VmHWM) alone, off the slow tier."""
+    def _status_text(self, pid: int, m: Member) -> bytes | None:
+        """A member's /proc/PID/status (its fd held from the first read), None if unreadable."""
         try:
             if m.status_fd == -1 and self.hold:
                 m.status_fd = self._hold(f"/proc/{pid}/status")
-            data = (_pread_all(m.status_fd) if m.status_fd >= 0
+            return (_pread_all(m.status_fd) if m.status_fd >= 0
                     else _read_path(f"/proc/{pid}/status"))
         except OSError:
+            return None
+
+    def _read_hwm(self, pid: int, m: Member, values: dict[str, float]) -> None:
+        """One member's high-water mark (VmHWM) alone, off the slow tier."""
+        data = self._status_text(pid, m)
+        if data is None:
             return
         m.faults_at_hwm = m.faults
         peak = procfs.parse_status(data, _HWM_FIELD).get("peak_rss_bytes")
@@ -959,12 +965,8 @@ class ProcessTree:
 
     def _read_slow(self, pid: int, m: Member, values: dict[str, float]) -> None:
         """The slow tier of one member, into values: VmHWM, context switches, the fd count."""
-        try:
-            if m.status_fd == -1 and self.hold:
-                m.status_fd = self._hold(f"/proc/{pid}/status")
-            data = (_pread_all(m.status_fd) if m.status_fd >= 0
-                    else _read_path(f"/proc/{pid}/status"))
-        except OSError:
+        data = self._status_text(pid, m)
+        if data is None:
             m.ctx, m.nfds = _NO_CTX, None
             return
         status = procfs.parse_status(data, _STATUS_FIELDS)
