@@ -12,7 +12,6 @@ records, counted as spans_lost.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import resource
@@ -28,6 +27,7 @@ from ..procfs import read_io, read_net_dev
 from ..protocol import SpanRecord, Status
 from ..timeline import Timeline
 from . import recorder
+from .exits import at_exit, started_by_multiprocessing
 
 
 def _read(path: str) -> bytes | None:
@@ -193,6 +193,7 @@ def _sender(config: Config) -> _Sender | None:
     key = (config.endpoint, config.node)
     with _lock:
         if key not in _senders:
+            started_by_multiprocessing()  # a fork child's os._exit runs no atexit handler
             try:
                 _senders[key] = _Sender(config)
             except Exception as err:  # noqa: BLE001 - zmq.ZMQError and kin: monitoring must not break the job
@@ -220,7 +221,7 @@ def _forget_after_fork() -> None:
     _ring = None
 
 
-atexit.register(_close_senders)
+at_exit(_close_senders)
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
@@ -287,7 +288,7 @@ def _close_ring() -> None:
         _ring = None
 
 
-atexit.register(_close_ring)
+at_exit(_close_ring)
 
 
 # The highest VmHWM this process had before any reset of ours: its lifetime peak.

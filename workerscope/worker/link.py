@@ -11,7 +11,6 @@ reads the rings there and removes the directory when it exits. The pipe carries 
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
 import shutil
@@ -28,6 +27,7 @@ from .. import protocol
 from ..config import Config, job_values, link_key, to_dict
 from ..errors import ProtocolError, SidecarError
 from . import recorder as spans
+from .exits import at_exit, started_by_multiprocessing
 
 START_TIMEOUT = 30.0
 REPLY_TIMEOUT = 30.0
@@ -367,6 +367,7 @@ def get_link(config: Config) -> SidecarLink:
             return link
         if link is not None:
             link.close()
+        started_by_multiprocessing()  # a fork child's os._exit runs no atexit handler
         link = SidecarLink(config)
         _links[link_key(config)] = link
         link.start()
@@ -398,4 +399,4 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
-atexit.register(close_all)
+at_exit(close_all)
