@@ -502,8 +502,8 @@ class TimelineBuilder:
         spans: list[Span] = []
         marks: list[Mark] = []
         for rec in b.get("records", ()):
-            # An older sidecar's records lack the trailing cut_short.
-            if not isinstance(rec, list) or not (protocol.RECORD_FIELDS - 1 <= len(rec)
+            # An older sidecar's records lack the trailing cut_short and cpu_ns.
+            if not isinstance(rec, list) or not (protocol.RECORD_FIELDS - 2 <= len(rec)
                                                  <= protocol.RECORD_FIELDS):
                 raise ValueError("a span record is an array of "
                                  f"{protocol.RECORD_FIELDS} fields")
@@ -515,6 +515,9 @@ class TimelineBuilder:
                     r = r._replace(attrs=bounded_attrs(r.attrs))
             if not isinstance(r.cut_short, bool):
                 raise ValueError("a span record's cut_short must be true or false")
+            cpu = r.cpu_ns
+            if cpu is not None and (type(cpu) is not int or not 0 <= cpu < 1 << 62):
+                raise ValueError("a span record's cpu_ns must be a count of ns or nil")
             job = None if r.job is None else int(r.job)
             if r.kind == protocol.RECORD_MARK:
                 marks.append(Mark(wid, job, str(r.name), self._wall(wid, r.start_ns), pid,
@@ -524,7 +527,11 @@ class TimelineBuilder:
                                   str(r.name), self._wall(wid, r.start_ns),
                                   self._wall(wid, r.end_ns), pid, int(r.tid), r.attrs,
                                   None if r.error is None else str(r.error),
-                                  cut_short=r.cut_short))
+                                  cut_short=r.cut_short,
+                                  # One thread's CPU: at most the span's time (the two clocks
+                                  # tick apart by up to a scheduler tick).
+                                  cpu_ns=None if cpu is None else min(cpu, max(
+                                      int(r.end_ns) - int(r.start_ns), 0))))
         lost = _opt(b.get("spans_lost"), int)
         notes = b.get("notes") or []
         if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):

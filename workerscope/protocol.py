@@ -258,7 +258,8 @@ CUMULATIVE = frozenset({
 
 
 # Span records inside spans/mark bodies are tuples on the wire, not maps; SpanRecord names
-# their fields for every reader. A record of an older sidecar lacks the trailing cut_short.
+# their fields for every reader. A record of an older sidecar lacks the trailing cut_short
+# and cpu_ns.
 RECORD_SPAN = 0
 RECORD_MARK = 1
 
@@ -275,6 +276,9 @@ class SpanRecord(NamedTuple):
     attrs: dict[str, Any] | None
     error: str | None  # "Type: message" of the exception it raised
     cut_short: bool = False  # still open when its process died: it ends at the death
+    # The CPU time (ns) its thread used from its begin to its end, read there (the span_cpu
+    # setting); None where not measured.
+    cpu_ns: int | None = None
 
 
 RECORD_FIELDS = len(SpanRecord._fields)

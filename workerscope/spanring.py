@@ -56,6 +56,9 @@ SEQ, WHAT, TID, START, END, CTX = range(RECORD_WORDS)
 F_MARK = 1
 F_ASYNC = 2
 F_END = 4
+# On a begun sync span: its end comes as an F_END record (not patched in), which carries the
+# thread CPU (ns) the span used in its ctx word (the span_cpu setting).
+F_CPU = 8
 ERR_BIT = 1 << 62
 LOW32 = 0xFFFF_FFFF
 # A token (what the writers hand around for a record) is ring generation << GEN_SHIFT | seq.
@@ -190,6 +193,14 @@ class Jobs:
 OPEN_START = 5
 OPEN_OLD = 7
 OpenSpan = list[Any]
+# An end the reader found for an open span: (seq, end word, the CPU an F_CPU end carried).
+_End = tuple[int, int, "int | None"]
+
+
+def _end_of(words: list[int], i: int, flags: int) -> _End:
+    """The end an F_END record at words[i] carries: (the seq it ends, its end word, the CPU
+    its span used, in its ctx word where F_CPU says it is measured)."""
+    return words[i + 3], words[i + 4], words[i + 5] if flags & F_CPU else None
 
 
 class RingReader:
@@ -270,7 +281,7 @@ class RingReader:
             flags = what >> 32
             if flags & F_END:
                 if start in opened:
-                    done.append((start, words[i + 4]))
+                    done.append(_end_of(words, i, flags))
                 continue
             td, ctx = words[i + 2], words[i + 5]
             tid, depth = td & LOW32, td >> 32
@@ -307,16 +318,16 @@ class RingReader:
                 append(new(record, (protocol.RECORD_SPAN, job, sid, parent, name, start,
                                     end if end > start else start, tid, attrs, None, False)))
                 continue
-            else:
+            else:  # (F_CPU: its end comes as an F_END record, which it is kept open for)
                 opened[seq] = [protocol.RECORD_SPAN, job, sid, parent, what & LOW32, start, tid,
                                c_pre - seq >= half]  # an OpenSpan
             if end:
-                done.append((seq, end))
+                done.append((seq, end, None))
         self._finish(out, done, final, now_ns)
         return out
 
     def _collect(self, upto: int | None, final: bool,
-                 now_ns: int) -> tuple[int, list[int], list[int], list[tuple[int, int]]]:
+                 now_ns: int) -> tuple[int, list[int], list[int], list[_End]]:
         """(the counter before, the new records' words, the index of each whole one in them,
         ends patched into open spans), names and extras read too: all read() starts from."""
         c_pre = self.q[H_COUNTER]
@@ -335,14 +346,14 @@ class RingReader:
             cache[0] = jobs.version
         return cache
 
-    def _finish(self, out: list[protocol.SpanRecord], done: list[tuple[int, int]], final: bool,
+    def _finish(self, out: list[protocol.SpanRecord], done: list[_End], final: bool,
                 now_ns: int) -> None:
         """Complete into out the open spans whose ends came; at the last read, all the others
         too, cut short at now_ns."""
-        for seq, end in done:
+        for seq, end, cpu in done:
             span = self.open.pop(seq, None)
             if span is not None:
-                out.append(self._complete(span, seq, end, False))
+                out.append(self._complete(span, seq, end, False, cpu))
         if final:
             for seq, span in sorted(self.open.items()):
                 out.append(self._complete(span, seq, max(now_ns, span[OPEN_START]), True))
@@ -404,19 +415,19 @@ class RingReader:
             return False
         return now_ns - self._stuck[1] > STUCK_NS
 
-    def _reread_open(self, c_pre: int) -> list[tuple[int, int]]:
+    def _reread_open(self, c_pre: int) -> list[_End]:
         """Ends patched into the slots of open spans since the last read."""
         if not self.open:
             return []
         q, rec, mask, cap = self.q, self.rec, self.mask, self.cap
         ends = [(seq, q[rec + ((seq - 1) & mask) * RECORD_WORDS + END]) for seq in self.open]
         c_post = q[H_COUNTER]
-        done = []
+        done: list[_End] = []
         for seq, end in ends:
             span = self.open[seq]
             if c_post - seq < cap:  # still its slot when we read it
                 if end:
-                    done.append((seq, end))
+                    done.append((seq, end, None))
                 elif c_pre - seq >= cap // 2:
                     span[OPEN_OLD] = True  # too old to be patched now: its end comes as F_END
             elif not span[OPEN_OLD]:
@@ -426,7 +437,8 @@ class RingReader:
         return done
 
     # -- records -> spans --------------------------------------------------------------------
-    def _complete(self, span: OpenSpan, seq: int, end: int, cut: bool) -> protocol.SpanRecord:
+    def _complete(self, span: OpenSpan, seq: int, end: int, cut: bool,
+                  cpu: int | None = None) -> protocol.SpanRecord:
         kind, job, sid, parent, nid, start, tid = span[:OPEN_OLD]
         name, attrs = self.names.get(nid) or _UNNAMED
         extra = self._extras.pop(seq, None)
@@ -448,7 +460,7 @@ class RingReader:
         if kind == protocol.RECORD_MARK:
             end = start
         return protocol.SpanRecord(kind, job, sid, parent, name, start, max(end, start), tid,
-                                   attrs, error, cut)
+                                   attrs, error, cut, cpu)
 
     # -- names and extras --------------------------------------------------------------------
     def _read_names(self) -> None:

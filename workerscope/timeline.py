@@ -83,6 +83,9 @@ class Span:
     # Still open when its process died (or its sidecar stopped reading): it ends there. Last,
     # with a default: older .wsc rows still load.
     cut_short: bool = False
+    # The CPU time (ns) its thread used while it ran, read at its begin and end (the span_cpu
+    # setting): measured, where attribution's cpu_s is an estimate. None: not measured.
+    cpu_ns: int | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -537,6 +540,7 @@ def load(path: str | os.PathLike[str]) -> Timeline:
             raise FileFormatError(f"{path!r}: load() reads workerscope's native .wsc files; "
                                   f"{_OPEN_WITH.get(os.path.splitext(path)[1].lower(), _OTHER)}")
         with open(path, "rb") as f:
+            _refuse_holes(f.fileno(), path)
             data = f.read()
     except OSError as err:
         raise WorkerscopeError(f"cannot read {path!r}: {err.strerror or err}") from err
@@ -545,3 +549,20 @@ def load(path: str | os.PathLike[str]) -> Timeline:
     except ProtocolError as err:
         raise FileFormatError(f"{path!r} is not a workerscope timeline: {err}") from err
     return Timeline.from_dict(raw)
+
+
+def _refuse_holes(fd: int, path: str) -> None:
+    """FileFormatError if the file has a hole. A .wsc is one msgpack object, read whole, and
+    is written whole (write_atomic): a hole means it was damaged or made another way (a 4 GB
+    sparse file was read into memory, 4.2 GB, and then refused), so it is refused before a
+    byte of it is read. Where the file system cannot say (SEEK_HOLE unsupported), it is read."""
+    size = os.fstat(fd).st_size
+    try:
+        hole = os.lseek(fd, 0, os.SEEK_HOLE)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        return
+    if hole < size:
+        raise FileFormatError(
+            f"{path!r} is not a workerscope timeline: it has a hole (bytes never written) from "
+            f"byte {hole:,} of its {size:,}; a .wsc is written whole, so this one is damaged")

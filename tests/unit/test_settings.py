@@ -33,7 +33,7 @@ KEY = "A" * 42 + "A"
 OTHER = {
     "mode": "heavy", "interval": 0.25, "endpoint": f"tcp://127.0.0.1:5999?curve={KEY},{KEY}",
     "out": "x-{pid}.wsc", "node": "n1", "bye_timeout": 0.5, "ring_records": 1024,
-    "samples_per_frame": 3, "send_queue": 77, "reset_peak": False,
+    "samples_per_frame": 3, "send_queue": 77, "span_cpu": True, "reset_peak": False,
 }
 
 

@@ -36,6 +36,9 @@ def add_parser(subparsers: Subparsers) -> None:
     p.add_argument("-o", "--output", help="timeline file, .json (Perfetto) or .wsc")
     p.add_argument("--endpoint", help="also stream to a listening driver at this address")
     p.add_argument("--node", help="node name recorded with the samples")
+    p.add_argument("--span-cpu", action="store_true",
+                   help="measure each span's thread CPU at its edges in the command's Python "
+                        "processes (WORKERSCOPE_SPAN_CPU=1 for them)")
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     p.set_defaults(func=run)
 
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(args.output)  # before the command runs, not after
     link = _start_sidecar(config)
     started = time.monotonic_ns()
-    child = _start(cmd, link)
+    child = _start(cmd, link, args.span_cpu)
     # Ctrl-C reaches the command itself (same process group); SIGTERM and SIGHUP sent to us
     # are passed on to it: it ends as it would without us, and we still write what we saw.
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -103,11 +106,15 @@ def _start_sidecar(config: Config) -> SidecarLink | None:
     return link
 
 
-def _start(cmd: list[str], link: SidecarLink | None) -> subprocess.Popen[bytes]:
-    """Start the command, told where its Python processes record their spans."""
+def _start(cmd: list[str], link: SidecarLink | None,
+           span_cpu: bool = False) -> subprocess.Popen[bytes]:
+    """Start the command, told where its Python processes record their spans (and, with
+    span_cpu, to measure their CPU)."""
     env = None
     if link is not None and link.rings is not None:
         env = dict(os.environ, WORKERSCOPE_RINGS=link.rings)
+        if span_cpu:
+            env["WORKERSCOPE_SPAN_CPU"] = "1"
     try:
         return subprocess.Popen(cmd, env=env)
     except OSError as err:

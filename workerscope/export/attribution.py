@@ -11,7 +11,9 @@ A span's `cpu_s` is its process's CPU, unless a span in another thread of the sa
 overlaps it (jobs count against jobs, spans against spans): then the process's CPU is not
 this span's, and where the sidecar read the span's own thread (scope `thread`) it is that
 thread's CPU. Alone in its process, a span keeps the whole process's CPU, so the threads it
-starts (a BLAS pool, say) count for it. `tree_cpu_s` is always the whole tree's.
+starts (a BLAS pool, say) count for it. `tree_cpu_s` is always the whole tree's. A span
+recorded with the span_cpu setting carries its thread's CPU read at its begin and end
+(Span.cpu_ns): that is its `cpu_s`, measured, whatever the samples say.
 """
 
 from __future__ import annotations
@@ -172,6 +174,8 @@ def attribute(t: Timeline) -> Attribution:
                 d = _delta(cpu, span.start_ns, span.end_ns)
                 if d is not None:
                     out[key]["cpu_s"] = d
+        if span.cpu_ns is not None:  # measured at its edges (span_cpu): no estimate needed
+            out[key]["cpu_s"] = span.cpu_ns / 1e9
     return out
 
 
@@ -224,7 +228,8 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 def function_table(t: Timeline, attribution: Attribution | None = None) -> list[dict[str, Any]]:
     """One row per span name (jobs included, kind "job"): calls, wall-time statistics, self time
-    (wall minus time in child spans), attributed CPU, errors, calls cut short by their
+    (wall minus time in child spans), attributed CPU (`cpu_measured`: every call's was
+    measured at its edges, not estimated), errors, calls cut short by their
     process's death, and two memory figures that answer different questions:
     `peak_growth_bytes`, the most the process's RSS rose above its level at a call's start
     during one call (what the function allocated: a sleep in a large process grew 0), and
@@ -243,7 +248,7 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
         row = rows.setdefault(key, {"name": s.name, "kind": s.kind, "calls": 0, "total_s": 0.0,
                                     "self_s": 0.0, "cpu_s": 0.0, "peak_rss_bytes": 0.0,
                                     "peak_growth_bytes": None, "errors": 0, "cut_short": 0,
-                                    "has_cpu": False})
+                                    "has_cpu": False, "cpu_measured": 0})
         wall = s.duration_ns / 1e9
         walls.setdefault(key, []).append(wall)
         row["calls"] += 1
@@ -251,6 +256,7 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
         row["self_s"] += max(s.duration_ns - child_time.get((s.worker, s.pid, s.id), 0), 0) / 1e9
         row["errors"] += s.error is not None
         row["cut_short"] += is_cut_short(s)
+        row["cpu_measured"] += s.cpu_ns is not None
         a = attribution.get((s.worker, s.pid, s.id), {})
         if "cpu_s" in a:
             row["cpu_s"] += a["cpu_s"]
@@ -266,11 +272,27 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
                    p95_s=_percentile(w, 0.95), max_s=w[-1])
         if not row.pop("has_cpu"):
             row["cpu_s"] = None
+        # True where every call's CPU was measured (span_cpu), not estimated.
+        row["cpu_measured"] = row["cpu_measured"] == row["calls"]
         if not row["peak_rss_bytes"]:
             row["peak_rss_bytes"] = None
         out.append(row)
     out.sort(key=lambda r: -r["total_s"])
     return out
+
+
+def cpu_basis(rows: list[dict[str, Any]]) -> str:
+    """How the function table's CPU figures were got: "measured" (every row with a figure
+    measured at its calls' edges, span_cpu), "estimated" (from the samples), "mixed", or ""
+    (no figure)."""
+    kinds = {r["cpu_measured"] for r in rows if r["cpu_s"] is not None}
+    return "" if not kinds else "mixed" if len(kinds) > 1 else (
+        "measured" if kinds.pop() else "estimated")
+
+
+def cpu_mark(row: dict[str, Any], basis: str) -> str:
+    """"~" before a row's estimated CPU figure in a table that has measured ones too."""
+    return "~" if basis == "mixed" and not row["cpu_measured"] and row["cpu_s"] is not None else ""
 
 
 def workers_table(t: Timeline, straggler_factor: float = STRAGGLER_FACTOR) -> list[dict[str, Any]]:

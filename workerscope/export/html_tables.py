@@ -9,7 +9,7 @@ from typing import Any
 
 from ..timeline import Timeline
 from ..units import fmt_bytes, fmt_seconds
-from .attribution import DIED
+from .attribution import DIED, cpu_basis, cpu_mark
 from .deaths import deaths, figures, headline
 from .overhead import cost_text, costs, summary
 from .terminal import said_once
@@ -133,14 +133,25 @@ def deaths_html(t: Timeline, data: dict[str, Any]) -> str:
     return "".join(out)
 
 
+# What the CPU column is, by how its figures were got (attribution.cpu_basis).
+_CPU_ESTIMATED = ("<b>CPU</b>: an estimate: the CPU read each sample (the thread's own where "
+                  "calls ran side by side in threads), split over the calls by time: off by up "
+                  "to one sample interval's CPU at each end of a call, so short calls that "
+                  "alternate with waits read low and the waits high. ")
+_CPU_HINT = {
+    "": "", "estimated": _CPU_ESTIMATED,
+    "measured": "<b>CPU</b>: measured: the CPU its thread used, read at each call's begin and "
+                "end (the span_cpu setting). ",
+    "mixed": "<b>CPU</b>: measured (span_cpu) but for the figures marked ~: "
+             + _CPU_ESTIMATED.split(": ", 1)[1]}
+
+
 def functions_html(rows: list[dict[str, Any]]) -> str:
     cut = any(r["cut_short"] for r in rows)
+    basis = cpu_basis(rows)
     out = ["<section><h2>Functions</h2><p class=\"hint\">One row per span name; self = wall "
-           "time minus time in child spans; CPU and memory are estimates attributed from "
-           "the samples around each span. <b>CPU</b>: the CPU read each sample (the thread's "
-           "own where calls ran side by side in threads), split over the calls by time: off "
-           "by up to one sample interval's CPU at each end of a call, so short calls that "
-           "alternate with waits read low and the waits high. <b>memory grown</b>: the most "
+           "time minus time in child spans; memory figures are estimates attributed from "
+           "the samples around each span. " + _CPU_HINT[basis] + "<b>memory grown</b>: the most "
            "the process's RSS rose above its level at a call's start during one call, i.e. "
            "what the function allocated, within 10 %; - where its samples cannot tell it from "
            "its neighbours' (a call shorter than the interval); <b>process RSS during</b>: "
@@ -149,8 +160,10 @@ def functions_html(rows: list[dict[str, Any]]) -> str:
            "all)" + ("; cut short = calls still open when their process died" if cut else "")
            + ".</p><table class=\"tbl\"><thead><tr><th>name</th>"
            "<th>kind</th><th>calls</th><th>total</th><th>self</th><th>mean</th><th>p50</th>"
-           "<th>p95</th><th>max</th><th title=\"an estimate: the CPU read each sample, split "
-           "over the calls by time\">CPU</th><th>memory grown</th><th>process RSS during</th>"
+           "<th>p95</th><th>max</th><th title=\""
+           + ("measured at each call's edges" if basis == "measured" else
+              "an estimate: the CPU read each sample, split over the calls by time")
+           + "\">CPU</th><th>memory grown</th><th>process RSS during</th>"
            "<th>errors</th>"
            + ("<th>cut short</th>" if cut else "") + "</tr></thead><tbody>"]
     for r in rows[:MAX_ROWS]:
@@ -159,7 +172,8 @@ def functions_html(rows: list[dict[str, Any]]) -> str:
             f"<tr{cls}><td><code>{esc(r['name'])}</code></td><td>{esc(r['kind'])}</td>"
             f"<td class=\"num\">{r['calls']:,}</td>"
             + "".join(f"<td class=\"num\">{esc(fmt_seconds(r[k]))}</td>"
-                      for k in ("total_s", "self_s", "mean_s", "p50_s", "p95_s", "max_s", "cpu_s"))
+                      for k in ("total_s", "self_s", "mean_s", "p50_s", "p95_s", "max_s"))
+            + f"<td class=\"num\">{cpu_mark(r, basis)}{esc(fmt_seconds(r['cpu_s']))}</td>"
             + f"<td class=\"num\">{esc(fmt_bytes(r['peak_growth_bytes']))}</td>"
             f"<td class=\"num\">{esc(fmt_bytes(r['peak_rss_bytes']))}</td>"
             f"<td class=\"num\">{r['errors']:,}</td>"

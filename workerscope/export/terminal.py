@@ -19,7 +19,14 @@ from .. import protocol
 from ..protocol import Status
 from ..timeline import Job, Span, Timeline
 from ..units import fmt_bytes, fmt_percent, fmt_seconds, printable, short_worker
-from .attribution import DIED, Attribution, function_table, workers_table
+from .attribution import (
+    DIED,
+    Attribution,
+    cpu_basis,
+    cpu_mark,
+    function_table,
+    workers_table,
+)
 from .deaths import Death, by_worker, deaths, figures, is_cut_short
 from .lanes import layout
 from .overhead import cost_text, costs, summary
@@ -244,6 +251,10 @@ CPU_KEY = ("cpu: an estimate: the CPU read each sample (its thread's, where call
            "side in threads), split over the calls by time; off by up to one sample "
            "interval's CPU at each end of a call, so short calls that alternate with waits "
            "read low and the waits high")
+CPU_MEASURED_KEY = ("cpu: measured: the CPU its thread used, read at each call's begin and end "
+                    "(the span_cpu setting)")
+CPU_MIXED_KEY = ("cpu: measured (span_cpu) but for the figures marked ~, which are estimates: "
+                 + CPU_KEY.split(": ", 2)[2])
 
 
 def functions_table(t: Timeline, attribution: Attribution | None = None,
@@ -253,10 +264,12 @@ def functions_table(t: Timeline, attribution: Attribution | None = None,
     rows = []
     table = function_table(t, attribution)
     cut = any(r["cut_short"] for r in table)
+    basis = cpu_basis(table)
     for r in table:
         rows.append([r["name"] + (" (job)" if r["kind"] == "job" else ""), str(r["calls"]),
                      *(fmt_seconds(r[k]) for k in ("total_s", "mean_s", "p50_s", "p95_s",
-                                                   "max_s", "self_s", "cpu_s")),
+                                                   "max_s", "self_s")),
+                     cpu_mark(r, basis) + fmt_seconds(r["cpu_s"]),
                      fmt_bytes(r["peak_growth_bytes"]), fmt_bytes(r["peak_rss_bytes"]),
                      str(r["errors"]), *([str(r["cut_short"])] if cut else [])])
     headers = ["function", "calls", "total", "mean", "p50", "p95", "max", "self", "cpu",
@@ -266,7 +279,8 @@ def functions_table(t: Timeline, attribution: Attribution | None = None,
     text = _table(headers, rows, set(range(1, len(headers))), width, drop=(3, 5, 7),
                   clip=(0,), last=(6, 10, 4, 8))
     head = text.split("\n", 1)[0]
-    shown = [CPU_KEY] if " cpu" in head and any(r["cpu_s"] is not None for r in table) else []
+    key = {"estimated": CPU_KEY, "measured": CPU_MEASURED_KEY, "mixed": CPU_MIXED_KEY}.get(basis)
+    shown = [key] if " cpu" in head and key else []
     if any(r["peak_rss_bytes"] is not None for r in table):
         shown += [k for k in MEMORY_KEY if k.split(":")[0] in head]  # a narrow table drops some
         if "grew" in head and any(r["peak_growth_bytes"] is None for r in table):

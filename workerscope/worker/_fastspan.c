@@ -23,6 +23,7 @@
 #define H_COUNTER 3
 #define RECORD_WORDS 6
 #define F_END 4
+#define F_CPU 8
 #define ERR_BIT ((int64_t)1 << 62)
 #define GEN_SHIFT 40
 #define SEQ_MASK (((int64_t)1 << GEN_SHIFT) - 1)
@@ -34,6 +35,7 @@ static int64_t *g_hdr, *g_rec;
 static uint64_t g_mask, g_cap;
 static int64_t g_gen;
 static int g_active;
+static int g_cpu; /* the span_cpu setting of the ring: thread CPU read at each sync span's edges */
 static long g_async_open;
 static PyObject *g_intern, *g_thread, *g_error, *g_attrs, *g_async_span, *g_ctxvar,
     *g_running_loop, *g_reduce;
@@ -57,6 +59,17 @@ now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* This thread's CPU time (ns), -1 if unreadable. A system call (~0.2 us here; the vDSO has
+ * no thread clocks): paid only with span_cpu. */
+static inline int64_t
+thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+        return -1;
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
@@ -169,6 +182,34 @@ rec_end(int64_t gen, int64_t seq, int64_t end)
     __atomic_store_n(&e[0], s2, __ATOMIC_RELEASE);
 }
 
+/* Complete record `seq` of ring `gen` with the CPU its thread used meanwhile: always an
+ * F_END | F_CPU record, its CPU (ns) in the word a begun record keeps its ctx in. */
+static inline void
+rec_end_cpu(int64_t gen, int64_t seq, int64_t end, int64_t cpu)
+{
+    if (!seq || g_hdr == NULL || gen != g_gen)
+        return;
+    int64_t s2 = __atomic_add_fetch(&g_hdr[H_COUNTER], 1, __ATOMIC_RELAXED);
+    int64_t *e = g_rec + ((uint64_t)(s2 - 1) & g_mask) * RECORD_WORDS;
+    e[1] = (int64_t)(F_END | F_CPU) << 32;
+    e[2] = tl_tid;
+    e[3] = seq;
+    e[4] = end;
+    e[5] = cpu;
+    __atomic_store_n(&e[0], s2, __ATOMIC_RELEASE);
+}
+
+/* The end of a sync span begun with thread CPU cpu0 (-1: not measured). */
+static inline void
+span_end(int64_t gen, int64_t seq, int64_t end, int64_t cpu0)
+{
+    int64_t cpu1 = cpu0 >= 0 ? thread_cpu_ns() : -1;
+    if (cpu1 >= cpu0 && cpu0 >= 0)
+        rec_end_cpu(gen, seq, end, cpu1 - cpu0);
+    else
+        rec_end(gen, seq, end);
+}
+
 /* Hand the exception being raised to the error hook (which writes its text to the extras),
  * leaving it raised. */
 static void
@@ -228,7 +269,9 @@ timed_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *k
     thread_ready();
     int64_t ctx = current_ctx();
     int64_t gen = self->gen;
-    int64_t seq = rec_begin(gen, self->nid, 0, ++tl_depth, ctx);
+    int cpu = g_cpu;
+    int64_t seq = rec_begin(gen, self->nid, cpu ? F_CPU : 0, ++tl_depth, ctx);
+    int64_t cpu0 = cpu ? thread_cpu_ns() : -1;
     PyObject *res = PyObject_Vectorcall(self->fn, args, nargsf, kwnames);
     tl_depth--;
     int64_t end = now_ns();
@@ -236,7 +279,10 @@ timed_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *k
         end |= ERR_BIT;
         report_error(gen, seq);
     }
-    rec_end(gen, seq, end);
+    if (cpu)
+        span_end(gen, seq, end, cpu0);
+    else
+        rec_end(gen, seq, end);
     return res;
 }
 
@@ -371,7 +417,7 @@ static PyTypeObject TimedType = {
 typedef struct {
     PyObject_HEAD
     PyObject *name, *attrs;
-    int64_t gen, seq;
+    int64_t gen, seq, cpu0; /* cpu0: its thread's CPU at its begin, -1 if not measured */
     int depth_taken;
 } Span;
 
@@ -396,9 +442,10 @@ span_enter(Span *self, PyObject *unused)
         int64_t ctx = current_ctx();
         self->depth_taken = 1;
         self->gen = gen;
-        self->seq = rec_begin(gen, nid, 0, ++tl_depth, ctx);
+        self->seq = rec_begin(gen, nid, g_cpu ? F_CPU : 0, ++tl_depth, ctx);
         if (self->attrs != NULL && self->seq)
             report(g_attrs, gen, self->seq, self->attrs);
+        self->cpu0 = g_cpu ? thread_cpu_ns() : -1;
     }
     return Py_NewRef(self);
 }
@@ -416,7 +463,7 @@ span_exit(Span *self, PyObject *const *args, Py_ssize_t nargs)
             end |= ERR_BIT;
             report(g_error, self->gen, self->seq, nargs >= 2 ? args[1] : args[0]);
         }
-        rec_end(self->gen, self->seq, end);
+        span_end(self->gen, self->seq, end, self->cpu0);
         self->seq = 0;
     }
     Py_RETURN_FALSE;
@@ -517,6 +564,7 @@ fs_span(PyObject *mod, PyObject *const *args, Py_ssize_t nargs, PyObject *kwname
     self->name = Py_NewRef(args[0]);
     self->attrs = attrs;
     self->gen = self->seq = 0;
+    self->cpu0 = -1;
     self->depth_taken = 0;
     return (PyObject *)self;
 }
@@ -564,6 +612,13 @@ static PyObject *
 fs_set_active(PyObject *mod, PyObject *flag)
 {
     g_active = PyObject_IsTrue(flag) == 1 && g_hdr != NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+fs_set_span_cpu(PyObject *mod, PyObject *flag)
+{
+    g_cpu = PyObject_IsTrue(flag) == 1;
     Py_RETURN_NONE;
 }
 
@@ -647,6 +702,8 @@ static PyMethodDef fs_methods[] = {
     {"set_ring", fs_set_ring, METH_VARARGS,
      "set_ring(buffer, gen, records offset, capacity) or set_ring(None, 0, 0, 0)."},
     {"set_active", fs_set_active, METH_O, "set_active(flag): record (a monitor is active) or not."},
+    {"set_span_cpu", fs_set_span_cpu, METH_O,
+     "set_span_cpu(flag): read the thread's CPU time at each sync span's edges, or not."},
     {"set_hooks", fs_set_hooks, METH_VARARGS,
      "set_hooks(intern, thread, error, attrs, async_span, ctxvar, get_running_loop)."},
     {"async_open", fs_async_open, METH_O, "async_open(delta): async spans open in the process."},

@@ -85,14 +85,14 @@ def _wrap_sync(fn: F, label: str, attrs: dict[str, Any] | None) -> F:
     # Only what pickles goes in the closure: cloudpickle copies it, with the names it uses
     # (modules and constants), when it ships a function of __main__ by value.
     cache = [0, 0]  # the ring generation and this name's id there
-    now = time.monotonic_ns
+    now, thread_cpu = time.monotonic_ns, time.thread_time_ns
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         w = rec.active
         if w is None:
             return fn(*args, **kwargs)
-        q, mm, seqs, mask, half, gen, pack = w.hot
+        q, mm, seqs, mask, half, gen, pack, cpu_flag = w.hot
         if cache[0] != gen:
             cache[1] = w.intern(label, attrs)
             cache[0] = gen
@@ -106,9 +106,10 @@ def _wrap_sync(fn: F, label: str, attrs: dict[str, Any] | None) -> F:
         seq = seqs()
         q[H_COUNTER] = seq  # first: a reader checks a slot against it (spanring.py)
         b = RECORDS + ((seq - 1) & mask) * RECORD_WORDS
-        pack(mm, b * 8 + 8, cache[1], st[1] | depth << 32, now(), 0,
+        pack(mm, b * 8 + 8, cache[1] | cpu_flag, st[1] | depth << 32, now(), 0,
              rec.current_ctx(gen) if rec.async_open else 0)
         q[b] = seq  # last: the record is whole
+        cpu0 = thread_cpu() if cpu_flag else -1
         err = 0
         try:
             return fn(*args, **kwargs)
@@ -122,7 +123,9 @@ def _wrap_sync(fn: F, label: str, attrs: dict[str, Any] | None) -> F:
             try:
                 # Not half a ring old: the slot is still ours (the counter moves before a slot
                 # is reused). Else an F_END record.
-                if q[H_COUNTER] - seq < half:
+                if cpu0 >= 0:
+                    w.finish(seq, end, st[1], thread_cpu() - cpu0)
+                elif q[H_COUNTER] - seq < half:
                     q[b + END] = end
                 else:
                     w.finish(seq, end, st[1])
@@ -211,7 +214,7 @@ class _Span:
     """A sync block (pure-Python writer): one depth level on its thread, like a call. Inline
     like the @timed wrapper, for the same reason."""
 
-    __slots__ = ("at", "attrs", "name", "seq", "st", "w")
+    __slots__ = ("at", "attrs", "cpu0", "name", "seq", "st", "w")
 
     def __init__(self, name: Any, attrs: dict[str, Any] | None) -> None:
         self.name, self.attrs = name, attrs
@@ -220,7 +223,7 @@ class _Span:
         w = self.w = rec.active
         if w is None:
             return self
-        q, mm, seqs, mask, _, gen, pack = w.hot
+        q, mm, seqs, mask, _, gen, pack, cpu_flag = w.hot
         try:
             st = rec._tl.s
         except AttributeError:
@@ -233,11 +236,12 @@ class _Span:
         seq = self.seq = seqs()
         q[H_COUNTER] = seq
         b = self.at = RECORDS + ((seq - 1) & mask) * RECORD_WORDS
-        pack(mm, b * 8 + 8, nid, st[1] | depth << 32, time.monotonic_ns(), 0,
+        pack(mm, b * 8 + 8, nid | cpu_flag, st[1] | depth << 32, time.monotonic_ns(), 0,
              rec.current_ctx(gen) if rec.async_open else 0)
         q[b] = seq
         if self.attrs:
             w.extra(gen << GEN_SHIFT | seq, {"attrs": self.attrs})
+        self.cpu0 = time.thread_time_ns() if cpu_flag else -1
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -251,7 +255,9 @@ class _Span:
             w.error(w.gen << GEN_SHIFT | seq, exc)
             end |= ERR_BIT
         try:
-            if w.q[H_COUNTER] - seq < w.half:
+            if self.cpu0 >= 0:
+                w.finish(seq, end, st[1], time.thread_time_ns() - self.cpu0)
+            elif w.q[H_COUNTER] - seq < w.half:
                 w.q[self.at + END] = end
             else:
                 w.finish(seq, end, st[1])

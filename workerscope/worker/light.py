@@ -354,6 +354,7 @@ class LightJob:
         if self.record_spans:
             self.ring = _own_ring(self.config.ring_records)
         if self.ring is not None:
+            self.ring.writer.span_cpu = self.config.span_cpu
             self.lost_before = self.ring.reader.lost
             self.ring.start(self.job, self.tid)
             recorder.enter_job(self.job, self.ring.writer)

@@ -81,7 +81,8 @@ class SidecarLink:
             try:
                 self.rings = _private_dir(where, f"workerscope-{os.getpid()}-{_PIDNS}-")
                 if own:
-                    self.writer = spans.Writer(self.rings, self.config.ring_records)
+                    self.writer = spans.Writer(self.rings, self.config.ring_records,
+                                               self.config.span_cpu)
                 return
             except OSError as err:
                 self.ring_error = f"no span ring ({err}): spans are not recorded"

@@ -32,6 +32,7 @@ from ..spanring import (
     END,
     ERR_BIT,
     EXTRA_HEAD,
+    F_CPU,
     F_END,
     GEN_SHIFT,
     H_COUNTER,
@@ -67,7 +68,9 @@ def _load_fast() -> Any:
         from . import _fastspan
     except ImportError:
         return None
-    return _fastspan if _fastspan.LAYOUT == spanring.VERSION else None
+    if _fastspan.LAYOUT != spanring.VERSION or not hasattr(_fastspan, "set_span_cpu"):
+        return None  # a build of other sources than these
+    return _fastspan
 
 
 # The C fast path, or None (not built, or WORKERSCOPE_PURE_PYTHON=1).
@@ -78,7 +81,8 @@ class Writer:
     """This process's span ring: a file `<pid>.ring` in a directory its sidecar reads, or,
     with no directory, anonymous memory that only this process reads (light mode)."""
 
-    def __init__(self, directory: str | None, capacity: int = spanring.DEFAULT_CAPACITY) -> None:
+    def __init__(self, directory: str | None, capacity: int = spanring.DEFAULT_CAPACITY,
+                 span_cpu: bool = False) -> None:
         pid = os.getpid()
         self.path = None if directory is None else os.path.join(directory, f"{pid}.ring")
         self.cap = spanring.capacity_for(capacity)
@@ -102,9 +106,23 @@ class Writer:
         self.span_names: dict[Any, int] = {}
         self._next_name = 1
         self.seqs = itertools.count(1).__next__  # the pure-Python writer's seqs
-        # What the pure-Python wrapper needs on every call, in one attribute.
-        self.hot = (self.q, self.mm, self.seqs, self.mask, self.half, self.gen, _pack_words)
         self.closed = False
+        self.span_cpu = span_cpu
+
+    @property
+    def span_cpu(self) -> bool:
+        """The span_cpu setting: each sync span's thread CPU read at its begin and end (the
+        C path's flag follows it while this ring is active)."""
+        return self._span_cpu
+
+    @span_cpu.setter
+    def span_cpu(self, on: bool) -> None:
+        self._span_cpu = on
+        # What the pure-Python wrapper needs on every call, in one attribute.
+        self.hot = (self.q, self.mm, self.seqs, self.mask, self.half, self.gen, _pack_words,
+                    spanring.F_CPU << 32 if on else 0)
+        if fast is not None and _current is self:
+            fast.set_span_cpu(on)
 
     # -- names and extras (slow paths, under the lock) ---------------------------------------
     def intern(self, name: Any, attrs: dict[str, Any] | None = None) -> int:
@@ -192,21 +210,22 @@ class Writer:
         q[b] = seq
         return self.gen << GEN_SHIFT | seq
 
-    def finish(self, seq: int, end: int, tid: int) -> None:
-        """Complete record `seq`: in place while it is ours and young, else an F_END record."""
+    def finish(self, seq: int, end: int, tid: int, cpu: int = -1) -> None:
+        """Complete record `seq`: in place while it is ours and young, else an F_END record;
+        always an F_END | F_CPU record with the thread CPU (ns) it used, where measured."""
         q = self.q
         b = self.rec + ((seq - 1) & self.mask) * RECORD_WORDS
-        if q[b] == seq and q[H_COUNTER] - seq < self.half:
+        if cpu < 0 and q[b] == seq and q[H_COUNTER] - seq < self.half:
             q[b + END] = end
             return
         s2 = self.seqs()
         q[H_COUNTER] = s2
         e = self.rec + ((s2 - 1) & self.mask) * RECORD_WORDS
-        q[e + 1] = F_END << 32
+        q[e + 1] = (F_END | (F_CPU if cpu >= 0 else 0)) << 32
         q[e + 2] = tid
         q[e + 3] = seq
         q[e + 4] = end
-        q[e + 5] = 0
+        q[e + 5] = max(cpu, 0)
         q[e] = s2
 
     def close(self) -> None:
@@ -279,6 +298,7 @@ def activate(writer: Writer) -> None:
         fast.set_ring(writer.mm, writer.gen, writer.rec * 8, writer.cap)
     _current = active = writer
     if fast is not None:
+        fast.set_span_cpu(writer.span_cpu)
         fast.set_active(True)
 
 
@@ -426,7 +446,7 @@ def _after_fork_in_child() -> None:
             log.debug("parent's span ring still mapped in a forked child")
     if was is not None and was.path is not None:  # an anonymous ring's reader is the parent
         try:
-            activate(Writer(os.path.dirname(was.path), was.cap))
+            activate(Writer(os.path.dirname(was.path), was.cap, was.span_cpu))
         except OSError:
             log.warning("workerscope: no span ring for forked child %d: its spans are not "
                         "recorded", os.getpid())
@@ -451,6 +471,18 @@ def attach_from_environment() -> None:
         st = os.stat(where)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
             return
-        activate(Writer(where))
+        activate(Writer(where, span_cpu=_span_cpu_of_environment()))
     except OSError:
         return  # no ring: the command runs as it would without us
+
+
+def _span_cpu_of_environment() -> bool:
+    """WORKERSCOPE_SPAN_CPU of a `run` command's process (off if unset or bad: a bad setting
+    never stops the command; the run itself said so)."""
+    from ..config import resolve
+    from ..errors import ConfigError
+
+    try:
+        return resolve().span_cpu
+    except ConfigError:
+        return False
