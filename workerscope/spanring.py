@@ -11,7 +11,8 @@ File, native byte order, int64 words, every part 8-byte aligned:
     header   HEADER_WORDS words (H_* below)
     records  `capacity` records of RECORD_WORDS, a ring: seq s lives in slot (s - 1) % capacity
     names    append-only entries [u32 length, u32 0, msgpack [NAME, id, name, attrs]] or
-             [..., [THREAD, tid, thread name]]; H_NAMES_HEAD bytes are in use
+             [..., [THREAD, tid, thread name]]; H_NAMES_HEAD bytes are in use; thread names
+             take at most 1/THREAD_SHARE of it (the others counted in H_THREADS_DROPPED)
     extras   a byte ring of entries [u32 length, u32 0, u64 seq, msgpack map]: attrs given at
              run time ({"attrs": {...}}), an exception ({"error": ..., "traceback": ...});
              H_EXTRAS_HEAD and H_EXTRAS_TAIL count bytes written and consumed (by the reader:
@@ -31,14 +32,20 @@ A record: [seq, name id | flags << 32, tid | depth << 32, start ns, end ns, ctx]
 Parents follow from that: a span's parent is the enclosing async span if that began at this
 span's level on the same thread (or on another: a thread pool's work), else the span one
 level up on its thread, else its job.
+
+The reader trusts none of it: a record, names entry or extras entry no writer could have
+written (another process or a bug wrote into the file) is dropped and counted, never read as
+a span or a name (RingReader.damaged, names_damaged, extras_damaged).
 """
 
 from __future__ import annotations
 
+import os
 import struct
+import time
 from typing import Any
 
-from . import protocol
+from . import procfs, protocol
 from .errors import ProtocolError
 
 MAGIC = int.from_bytes(b"WSCRING\x01", "little")
@@ -48,6 +55,9 @@ HEADER_WORDS = 16
 (H_MAGIC, H_VERSION, H_CAPACITY, H_COUNTER, H_PID, H_RECORDS, H_NAMES, H_NAMES_SIZE,
  H_NAMES_HEAD, H_NAMES_DROPPED, H_EXTRAS, H_EXTRAS_SIZE, H_EXTRAS_HEAD, H_EXTRAS_TAIL,
  H_EXTRAS_DROPPED) = range(15)
+# Thread names the writer left out, past their share of the names area (THREAD_SHARE): the
+# header's spare word, so 0 in a ring of a writer that never capped them.
+H_THREADS_DROPPED = 15
 
 RECORD_WORDS = 6
 RECORD_BYTES = RECORD_WORDS * 8
@@ -74,6 +84,18 @@ ENTRY_HEAD = struct.Struct("=II")  # names: length, 0
 EXTRA_HEAD = struct.Struct("=IIQ")  # extras: length, 0, seq
 WRAP = 0xFFFF_FFFF  # an extras length that says: the next entry is at the area's start
 MAX_EXTRA = 8192  # bytes of one extras entry; a larger one is dropped (and counted)
+# Thread names take at most 1/THREAD_SHARE of the names area, so thousands of threads leave
+# span names their room (recorder.Writer.thread counts the others in H_THREADS_DROPPED).
+THREAD_SHARE = 4
+MIN_NAME_ENTRY = 16  # bytes of the smallest names entry: ids never pass names head / this
+
+# What a writer can put in a record. A record past these, or whose seq its slot never held,
+# was written by something else (another process, a bug): it is dropped and counted
+# (RingReader.damaged, in its lost too), never read as a span.
+FLAGS = F_MARK | F_ASYNC | F_END | F_CPU
+END_WHAT = (F_END | F_CPU) << 32  # an F_END record's name word has no bits but these
+MAX_TID = 1 << 22  # Linux's PID_MAX_LIMIT
+MAX_DEPTH = 1 << 16  # spans open on one thread (a reader's stack of a thread is that long)
 
 DEFAULT_CAPACITY = 1 << 16
 NAMES_BYTES = 128 << 10
@@ -83,6 +105,8 @@ EXTRAS_BYTES = 512 << 10
 STUCK_NS = 1_000_000_000
 FOREVER = 1 << 62
 _UNNAMED = ("<name not recorded: the ring's names table is full>", None)
+_OVERWRITTEN = ("<name not recorded: the span ring's names area was damaged>", None)
+_EXTRA_KEYS = {"attrs": dict, "error": str, "traceback": str}  # what an extras entry holds
 _MISS = (1, 0, None)  # a job-cache entry no start falls in
 
 
@@ -124,6 +148,22 @@ def init_header(buf: Any, capacity: int, pid: int, names: int = NAMES_BYTES,
 def encode(obj: Any) -> bytes:
     """An entry's msgpack body (what msgpack can't carry becomes a number or its repr)."""
     return protocol.encode_blob(obj)
+
+
+def born_ns(pid: int) -> int:
+    """A monotonic time (ns) before which process `pid` recorded nothing: its start (which
+    /proc counts from boot, suspended time included) less the time suspended since boot, less
+    a second to spare; 0 when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            st = procfs.parse_stat(f.read())
+    except OSError:
+        return 0
+    if st is None:
+        return 0
+    suspended = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
+    return max(0, st.starttime * 1_000_000_000 // os.sysconf("SC_CLK_TCK") - suspended
+               - 1_000_000_000)
 
 
 class RingError(ProtocolError):
@@ -231,9 +271,20 @@ class RingReader:
             raise RingError("span ring header out of bounds")
         self.cap, self.mask, self.rec = cap, cap - 1, HEADER_WORDS
         self.pid = pid
+        self.born = max(1, born_ns(pid))  # no start a writer wrote is earlier
         self.id_base = (index + 1) << ID_SHIFT
         self.next_seq = 1
         self.lost = 0  # records overwritten before they were read, ends never seen
+        # Of those, records no writer wrote (something else wrote into the ring), and records
+        # left unread when the ring could no longer be read (abandon()).
+        self.damaged = 0
+        self.abandoned = 0
+        self.names_damaged = 0  # names and extras entries no writer wrote
+        self.extras_damaged = 0
+        self.header_damaged = False  # its magic or counter overwritten: read no more
+        self._seen = 0  # the highest counter read
+        self._last_nid = 0  # names are numbered from 1 in the order they are written
+        self._names_gap = False  # after a damaged names entry: ids may skip
         # seq -> [kind, job, id, parent, name id, start, tid, no_patch]
         self.open: dict[int, OpenSpan] = {}
         self.names: dict[int, tuple[str, dict[str, Any] | None]] = {}
@@ -249,12 +300,38 @@ class RingReader:
     @property
     def counter(self) -> int:
         """The seq of the last record begun so far."""
-        return int(self.q[H_COUNTER])
+        c = int(self.q[H_COUNTER])
+        if 0 <= c <= SEQ_MASK:
+            self._seen = max(self._seen, c)
+        return c
 
     @property
     def dropped(self) -> tuple[int, int]:
         """(names, extras) entries the writer could not fit."""
         return int(self.q[H_NAMES_DROPPED]), int(self.q[H_EXTRAS_DROPPED])
+
+    @property
+    def threads_dropped(self) -> int:
+        """Thread names the writer left out (past their share of the names area)."""
+        return max(0, int(self.q[H_THREADS_DROPPED]))
+
+    def abandon(self, now_ns: int, counter: int | None = None) -> list[protocol.SpanRecord]:
+        """The ring can be read no more (its file was truncated): touching nothing of the
+        mapping, count the records begun and not read as lost (up to `counter`, when the
+        caller could still read it, else the last counter seen), and end the open spans at
+        now_ns, cut short."""
+        c = counter if counter is not None and self._seen <= counter <= SEQ_MASK else self._seen
+        unread = max(0, c - self.next_seq + 1)
+        self.next_seq += unread
+        self.lost += unread
+        self.abandoned += unread
+        out: list[protocol.SpanRecord] = []
+        self._finish(out, [], True, now_ns)
+        return out
+
+    def _damage(self) -> None:
+        self.lost += 1
+        self.damaged += 1
 
     def close(self) -> None:
         self.q.release()
@@ -331,12 +408,61 @@ class RingReader:
         """(the counter before, the new records' words, the index of each whole one in them,
         ends patched into open spans), names and extras read too: all read() starts from."""
         c_pre = self.q[H_COUNTER]
+        if self.header_damaged or self.q[H_MAGIC] != MAGIC or not 0 <= c_pre <= SEQ_MASK:
+            self.header_damaged = True  # nothing in the ring can be placed: read no more
+            return self.next_seq - 1, [], [], []
+        self._seen = max(self._seen, c_pre)
         words, fresh = self._read_new(c_pre if upto is None or final else min(upto, c_pre),
                                       final, now_ns)
         done = self._reread_open(c_pre)
         self._read_names()
         self._read_extras()
-        return c_pre, words, fresh, done
+        return c_pre, words, self._sane(words, fresh), done
+
+    def _sane(self, words: list[int], fresh: list[int]) -> list[int]:
+        """The records of `fresh` (their indexes in words) that a writer could have written;
+        the others are counted damaged. Names are read by now, and a writer writes a name
+        before the first record that has it. A begun record whose name is known passes the
+        first test (in locals: the sidecar checks every record); any other, the second."""
+        now = time.monotonic_ns()  # after the copy: no start or end a writer wrote is later
+        top, born, low, no_err = self._last_nid, self.born, LOW32, ~ERR_BIT
+        what_hi, end_bit, td_hi = (FLAGS + 1) << 32, F_END << 32, MAX_DEPTH << 32 | LOW32
+        keep: list[int] = []
+        append = keep.append
+        for i in fresh:
+            what, td, start, end = words[i + 1], words[i + 2], words[i + 3], words[i + 4]
+            if (0 <= what < what_hi and not what & end_bit and what & low <= top
+                    and 0 <= td <= td_hi and 0 < td & low <= MAX_TID
+                    and 0 <= words[i + 5] < words[i] and born <= start <= now
+                    and (not end or (end > 0 and start <= end & no_err <= now))) or (
+                    self._sane_other(words[i:i + RECORD_WORDS], now)):
+                append(i)
+            else:
+                self._damage()
+        return keep
+
+    def _sane_other(self, r: list[int], now: int) -> bool:
+        """Whether a writer could have written the record `r` (its words): an F_END record,
+        or a begun one whose name id is past the names read (the names area was damaged)."""
+        seq, what, td, start, end, ctx = r
+        t = end & ~ERR_BIT
+        if what >> 32 & F_END:  # start is the seq of the record it ends
+            span = self.open.get(start)
+            return bool(not what & ~END_WHAT and 0 < td <= MAX_TID and 0 < start < seq
+                        and ctx >= 0 and end > 0 and self.born <= t <= now
+                        and (span is None or t >= span[OPEN_START]))
+        nid = what & LOW32
+        ok = bool(not what >> 32 & ~FLAGS and what >= 0 and 0 <= td >> 32 <= MAX_DEPTH
+                  and 0 < td & LOW32 <= MAX_TID and 0 <= ctx < seq and self.born <= start <= now
+                  and (end == 0 or (end > 0 and start <= t <= now))
+                  and self._names_gap and self._last_nid < nid <= self._names_bound())
+        if ok:
+            self.names.setdefault(nid, _OVERWRITTEN)  # its entry was in the damaged part
+        return ok
+
+    def _names_bound(self) -> int:
+        """The highest name id the names area could hold now."""
+        return min(int(self.q[H_NAMES_HEAD]), self.names_size) // MIN_NAME_ENTRY
 
     def _jobs_cache(self, jobs: Jobs) -> dict[int, Any]:
         """tid + 1 -> (lo, hi, job) of the last lookups, valid while the jobs are the same."""
@@ -393,11 +519,13 @@ class RingReader:
         # A slot of a seq at or below c_post - cap may have been rewritten while we copied it.
         c_post = q[H_COUNTER]
         out = []
-        seq, i = nxt, 0
+        seq, i, mask = nxt, 0, self.mask
         while seq <= hi:
             s = words[i]
             if s == seq and c_post - seq < cap:
                 out.append(i)
+            elif s < 0 or (s - seq) & mask or (not s and seq > cap):
+                self._damage()  # a seq this slot never holds, or zeros over a written slot
             elif s > seq or c_post - seq >= cap:
                 self.lost += 1
             elif final or self._give_up(seq, now_ns):
@@ -420,12 +548,20 @@ class RingReader:
         if not self.open:
             return []
         q, rec, mask, cap = self.q, self.rec, self.mask, self.cap
-        ends = [(seq, q[rec + ((seq - 1) & mask) * RECORD_WORDS + END]) for seq in self.open]
+        slots = [(seq, rec + ((seq - 1) & mask) * RECORD_WORDS) for seq in self.open]
+        ends = [(seq, q[b], q[b + END]) for seq, b in slots]
         c_post = q[H_COUNTER]
+        now = time.monotonic_ns()
         done: list[_End] = []
-        for seq, end in ends:
+        for seq, s, end in ends:
             span = self.open[seq]
-            if c_post - seq < cap:  # still its slot when we read it
+            foreign = s < seq or (s - seq) & mask  # its slot holds no seq a writer puts there
+            if s == seq and end and not foreign:
+                foreign = not (end > 0 and span[OPEN_START] <= end & ~ERR_BIT <= now)
+            if foreign:
+                del self.open[seq]  # its slot was written into: its end is not to be had
+                self._damage()
+            elif c_post - seq < cap and s == seq:  # still its slot when we read it
                 if end:
                     done.append((seq, end, None))
                 elif c_pre - seq >= cap // 2:
@@ -464,28 +600,63 @@ class RingReader:
 
     # -- names and extras --------------------------------------------------------------------
     def _read_names(self) -> None:
+        """The names entries written since the last read. One no writer wrote (the head
+        says where whole entries end) is counted, and the next one that is a writer's is
+        looked for on the following 8-byte boundaries: later names are still read."""
         head = min(int(self.q[H_NAMES_HEAD]), self.names_size)
-        mv, base = self.mv, self.names_at0
         at = self._names_at
         while at + ENTRY_HEAD.size <= head:
-            n, _ = ENTRY_HEAD.unpack_from(mv, base + at)
-            if at + ENTRY_HEAD.size + n > head:
-                break
-            entry = self._decode(mv[base + at + ENTRY_HEAD.size: base + at + ENTRY_HEAD.size + n])
-            if isinstance(entry, list) and len(entry) >= 3 and isinstance(entry[1], int):
-                if entry[0] == NAME:
-                    attrs = entry[3] if len(entry) > 3 and isinstance(entry[3], dict) else None
-                    self.names[entry[1]] = (str(entry[2]), attrs or None)
-                elif entry[0] == THREAD:
-                    self.threads.append((entry[1], str(entry[2])))
-            at += _align(ENTRY_HEAD.size + n)
-        self._names_at = at
+            size = self._name_entry(at, head)
+            if not size:
+                self.names_damaged += 1
+                self._names_gap = True
+                at += 8
+                while at + ENTRY_HEAD.size <= head and not (size := self._name_entry(at, head)):
+                    at += 8
+            at += size
+        self._names_at = max(at, self._names_at)
+
+    def _name_entry(self, at: int, head: int) -> int:
+        """Take the names entry at `at` if a writer could have written it: its size, or 0.
+        A writer numbers names from 1 in order (after damage, ids may skip: the skipped
+        ones are names lost)."""
+        mv, base = self.mv, self.names_at0
+        n, pad = ENTRY_HEAD.unpack_from(mv, base + at)
+        end = at + ENTRY_HEAD.size + n
+        if pad or not n or end > head:
+            return 0
+        e = self._decode(mv[base + at + ENTRY_HEAD.size: base + end])
+        if (not isinstance(e, list) or len(e) not in (3, 4) or type(e[1]) is not int
+                or not isinstance(e[2], str)):
+            return 0
+        if e[0] == THREAD and len(e) == 3 and 0 < e[1] <= MAX_TID:
+            self.threads.append((e[1], e[2]))
+            return _align(ENTRY_HEAD.size + n)
+        attrs = e[3] if len(e) == 4 else None
+        nid = e[1]
+        if e[0] != NAME or not (attrs is None or isinstance(attrs, dict)) or not (
+                nid == self._last_nid + 1
+                or (self._names_gap and self._last_nid < nid <= head // MIN_NAME_ENTRY)):
+            return 0
+        for lost in range(self._last_nid + 1, nid):
+            self.names[lost] = _OVERWRITTEN
+        self.names[nid] = (e[2], attrs or None)
+        self._last_nid = nid
+        self._names_gap = False
+        return _align(ENTRY_HEAD.size + n)
 
     def _read_extras(self) -> None:
+        """The extras entries written since the last read. At one no writer wrote, what is
+        there up to the head is given up on (entries have no mark to find the next by) and
+        counted."""
         q, mv = self.q, self.mv
         head, at = int(q[H_EXTRAS_HEAD]), self._extras_at
+        # An entry's record was begun before it: its seq is at most the counter (give or take
+        # a ring: a pure-Python writer's counter may lag).
+        top = int(q[H_COUNTER]) + self.cap
         size, base = self.extras_size, self.extras_at0
         if not 0 <= head - at <= size:
+            self.extras_damaged += 1
             self._extras_at = head  # not what this reader left: skip to the writer's head
             q[H_EXTRAS_TAIL] = head
             return
@@ -494,17 +665,22 @@ class RingReader:
             if size - pos < EXTRA_HEAD.size:
                 at += size - pos
                 continue
-            n, _, seq = EXTRA_HEAD.unpack_from(mv, base + pos)
-            if n == WRAP:
+            n, pad, seq = EXTRA_HEAD.unpack_from(mv, base + pos)
+            if n == WRAP and not pad and not seq:
                 at += size - pos
                 continue
-            if pos + EXTRA_HEAD.size + n > size:
-                at = head  # damaged: give up on what is there
-                break
             start = base + pos + EXTRA_HEAD.size
-            entry = self._decode(mv[start:start + n])
-            if isinstance(entry, dict):
-                self._extras[seq] = entry
+            entry = None
+            if (not pad and 0 < n <= MAX_EXTRA and pos + EXTRA_HEAD.size + n <= size
+                    and at + EXTRA_HEAD.size + n <= head and 0 < seq <= top):
+                entry = self._decode(mv[start:start + n])
+            if not isinstance(entry, dict) or not entry or not all(
+                    isinstance(v, _EXTRA_KEYS.get(k, type(None))) and k in _EXTRA_KEYS
+                    for k, v in entry.items()):
+                self.extras_damaged += 1
+                at = head
+                break
+            self._extras[seq] = entry
             at += _align(EXTRA_HEAD.size + n)
         self._extras_at = at
         q[H_EXTRAS_TAIL] = at

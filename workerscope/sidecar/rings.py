@@ -5,6 +5,10 @@ one for each process it forked while recording).
 The sidecar drains them on its tick and when a job ends (service.py). A process that has
 exited is read one last time, its open spans ending at that moment, cut short; after the
 worker's death every ring is read that way, then the directory is removed.
+
+A ring file is checked for its size (fstat) before each read: one truncated under the mapping
+(by another process) would kill the sidecar by SIGBUS at its first touch of a page past the
+new end. Such a ring is read no more: what it held unread is counted lost and said.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ LISTING_MARGIN_NS = 100_000_000
 
 
 class _Ring:
-    __slots__ = ("inode", "mm", "path", "pid", "reader")
+    __slots__ = ("cut", "inode", "mm", "path", "pid", "reader")
 
     def __init__(self, pid: int, inode: int, path: str, mm: mmap.mmap,
                  reader: spanring.RingReader) -> None:
@@ -37,6 +41,19 @@ class _Ring:
         self.path = path
         self.mm = mm
         self.reader = reader
+        self.cut: int | None = None  # the size its file was truncated to: read no more
+
+    def whole(self) -> bool:
+        """Whether the file still has the size it was mapped at (the mapping's fstat): else
+        every page past its end is a SIGBUS, and the ring is read no more."""
+        if self.cut is None:
+            try:
+                size = self.mm.size()
+            except (OSError, ValueError):
+                size = 0
+            if size < len(self.mm):
+                self.cut = size
+        return self.cut is None
 
 
 MAX_OPEN_NAME = 200  # characters of a span's name in a heartbeat
@@ -58,6 +75,8 @@ class Rings:
         self.rings: dict[tuple[int, int], _Ring] = {}  # (pid, inode) -> ring
         self._index = 1  # the worker's own ring is 0: its span ids match the worker's own reads
         self._retired_lost = 0
+        self._retired_unread = 0  # of which damaged or abandoned, not a full ring's
+        self._retired_notes: list[str] = []  # what retired rings had to say
         self._lost_said = 0
         self._broken: set[tuple[int, int]] = set()
         self._noted: set[str] = set()
@@ -71,6 +90,12 @@ class Rings:
     def lost(self) -> int:
         """Records overwritten before they were read, over every ring so far."""
         return self._retired_lost + sum(r.reader.lost for r in self.rings.values())
+
+    @property
+    def unread(self) -> int:
+        """Of the lost records, those lost to damage or truncation, not to a full ring."""
+        return self._retired_unread + sum(r.reader.damaged + r.reader.abandoned
+                                          for r in self.rings.values())
 
     @property
     def idle(self) -> bool:
@@ -95,7 +120,7 @@ class Rings:
     def scan(self) -> dict[tuple[int, int], int]:
         """Open rings made since the last scan; the write counter of each ring now."""
         if not self._listing_due():
-            return {key: ring.reader.counter for key, ring in self.rings.items()}
+            return self._counters()
         try:
             names = os.listdir(self.dir)
         except OSError:
@@ -111,7 +136,10 @@ class Rings:
             key = (int(name[:-5]), inode)
             if key not in self.rings and key not in self._broken:
                 self._open(key, path)
-        return {key: ring.reader.counter for key, ring in self.rings.items()}
+        return self._counters()
+
+    def _counters(self) -> dict[tuple[int, int], int]:
+        return {key: ring.reader.counter for key, ring in self.rings.items() if ring.whole()}
 
     def _open(self, key: tuple[int, int], path: str) -> None:
         pid = key[0]
@@ -146,7 +174,10 @@ class Rings:
         for key, ring in list(self.rings.items()):
             gone = final or (ring.pid != self.worker and not _alive(ring.pid, ring.path, ring.inode))
             limit = None if upto is None else upto.get(key)
-            records = ring.reader.read(self.jobs, limit, final=gone, now_ns=now_ns)
+            if not ring.whole():
+                records, gone = self._abandon(ring, now_ns), True
+            else:
+                records = ring.reader.read(self.jobs, limit, final=gone, now_ns=now_ns)
             threads, ring.reader.threads = ring.reader.threads, []
             if records or threads:
                 out.append(Batch(ring.pid, records, threads))
@@ -187,17 +218,31 @@ class Rings:
                     latest[job] = (start, str(name)[:MAX_OPEN_NAME])
         return [[job, name] for job, (_, name) in sorted(latest.items())]
 
+    def _abandon(self, ring: _Ring, now_ns: int) -> list[protocol.SpanRecord]:
+        """A ring whose file was truncated: its open spans cut short now, what it held unread
+        counted lost, touching no page past the file's end; said once."""
+        size = ring.cut or 0
+        # Its header is still in the file (the page of a file's last byte is readable).
+        counter = ring.reader.counter if size >= spanring.HEADER_WORDS * 8 else None
+        before = ring.reader.lost
+        records = ring.reader.abandon(now_ns, counter)
+        self._retired_notes.append(
+            f"span ring of pid {ring.pid} was truncated to {size} bytes of {len(ring.mm)} by "
+            f"another process: it is read no more, its open spans end there, cut short, and "
+            f"{'' if counter is not None else 'at least '}{ring.reader.lost - before} "
+            "record(s) not read yet are lost (spans_lost counts them); spans it records later "
+            "are not seen")
+        return records
+
     def notes(self) -> list[str]:
-        """What the rings could not hold, said once each."""
+        """What the rings could not hold, or lost to something else writing into them or
+        truncating them, said once each."""
         new = []
-        if self.lost:
+        if self.lost > self.unread:
             new.append(protocol.ring_full_note("the sidecar"))
+        new.extend(self._retired_notes)
         for ring in self.rings.values():
-            names, extras = ring.reader.dropped
-            if names:
-                new.append("span ring: the names table is full; later names show as not recorded")
-            if extras:
-                new.append("span ring: attributes or exception texts did not fit and were left out")
+            new.extend(_ring_notes(ring))
         new.extend(f"span ring: {e}" for e in self.errors)
         out = [n for n in dict.fromkeys(new) if n not in self._noted]
         self._noted.update(out)
@@ -205,7 +250,9 @@ class Rings:
 
     def _retire(self, key: tuple[int, int]) -> None:
         ring = self.rings.pop(key)
+        self._retired_notes.extend(_ring_notes(ring))
         self._retired_lost += ring.reader.lost
+        self._retired_unread += ring.reader.damaged + ring.reader.abandoned
         ring.reader.close()
         ring.mm.close()
         if ring.pid != self.worker:
@@ -221,6 +268,34 @@ class Rings:
         for key in list(self.rings):
             self._retire(key)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _ring_notes(ring: _Ring) -> list[str]:
+    """What one ring's writer could not fit, and what its reader found written into it."""
+    reader, pid, out = ring.reader, ring.pid, []
+    if ring.whole():  # the counts of what did not fit are in its header
+        names, extras = reader.dropped
+        if names:
+            out.append("span ring: the names table is full; later names show as not recorded")
+        if extras:
+            out.append("span ring: attributes or exception texts did not fit and were left out")
+        if reader.threads_dropped:
+            out.append(f"span ring of pid {pid}: names of some threads were not recorded (thread "
+                       f"names take at most 1/{spanring.THREAD_SHARE} of the names table, so "
+                       "span names keep room); their spans show the thread id only")
+    damage = "something else wrote into the ring file"
+    for found, what in (
+            (reader.damaged, f"records that no writer wrote were dropped ({damage}; spans_lost "
+                             "counts them)"),
+            (reader.names_damaged, f"its names area was damaged ({damage}); spans whose names "
+                                   "were there show as not recorded"),
+            (reader.extras_damaged, f"its extras area was damaged ({damage}); attributes or "
+                                    "exception texts of some spans were lost"),
+            (reader.header_damaged, f"its header was damaged ({damage}); it is read no more, "
+                                    "and what it still held is lost")):
+        if found:
+            out.append(f"span ring of pid {pid}: {what}")
+    return out
 
 
 def _alive(pid: int, path: str, inode: int) -> bool:

@@ -105,6 +105,9 @@ class Writer:
         self.lock = threading.Lock()  # the slow paths: names and extras
         self.span_names: dict[Any, int] = {}
         self._next_name = 1
+        # Thread names written (once per tid and name) and the room left to them.
+        self._thread_names: dict[int, str] = {}
+        self._thread_room = self.names_size // spanring.THREAD_SHARE
         self.seqs = itertools.count(1).__next__  # the pure-Python writer's seqs
         self.closed = False
         self.span_cpu = span_cpu
@@ -142,26 +145,36 @@ class Writer:
         return nid
 
     def thread(self, tid: int, name: str) -> None:
+        """Name a thread in the ring, once per tid and name, within the thread names' share
+        of the names area (spanring.THREAD_SHARE): past it a name is counted, not written,
+        so a process of thousands of threads leaves its span names their room."""
         with self.lock:
-            self._append([spanring.THREAD, tid, name])
+            if self._thread_names.get(tid) == name:
+                return  # the C path and the pure-Python one each name a thread they meet
+            used = self._append([spanring.THREAD, tid, name], self._thread_room)
+            if used:
+                self._thread_room -= used
+                self._thread_names[tid] = name
 
-    def _append(self, entry: list[Any]) -> bool:
+    def _append(self, entry: list[Any], room: int | None = None) -> int:
+        """Write a names entry (in at most `room` bytes); the bytes it took, 0 if none."""
         if self.closed:
-            return False
+            return 0
         try:
             body = spanring.encode(entry)
         except Exception:  # noqa: BLE001 - a name or attrs msgpack can't take: never the job's problem
             body = spanring.encode([entry[0], entry[1], repr(entry[2])[:200]])
         q, at = self.q, self.q[H_NAMES_HEAD]
         n = spanring.ENTRY_HEAD.size + len(body)
-        if at + n > self.names_size:
-            q[H_NAMES_DROPPED] += 1
-            return False
+        need = (n + 7) & ~7
+        if at + n > self.names_size or (room is not None and need > room):
+            q[spanring.H_THREADS_DROPPED if entry[0] == spanring.THREAD else H_NAMES_DROPPED] += 1
+            return 0
         base = self.names_at + at
         self.mm[base + spanring.ENTRY_HEAD.size: base + n] = body
         spanring.ENTRY_HEAD.pack_into(self.mm, base, len(body), 0)
-        q[H_NAMES_HEAD] = at + ((n + 7) & ~7)  # last: the reader reads up to here
-        return True
+        q[H_NAMES_HEAD] = at + need  # last: the reader reads up to here
+        return need
 
     def extra(self, token: int, value: dict[str, Any]) -> None:
         """Variable-length data of the record `token`, read with it (dropped and counted if

@@ -1,0 +1,214 @@
+"""A span ring that something else wrote into: the reader never crashes, never turns garbage
+into spans, and counts and says what it lost (records in spans_lost, names and extras in a
+note), during a real job read by a real sidecar, and on rings scribbled at random."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import random
+import signal
+import tempfile
+import threading
+import time
+
+import psutil
+
+from workerscope import monitor, span
+from workerscope import spanring as sr
+from workerscope.worker import recorder
+
+
+def wait_until(condition, timeout=30.0, what="the condition"):
+    """Poll `condition` until it holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def _sidecar():
+    """This process's sidecar (the monitor's child running workerscope.sidecar)."""
+    (proc,) = [p for p in psutil.Process().children()
+               if "workerscope.sidecar" in " ".join(p.cmdline())]
+    return proc
+
+
+def _scribble(path, offset, data):
+    """Write `data` into the ring file at `offset`, as another process would."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, offset)
+    finally:
+        os.close(fd)
+
+
+def _slots(writer, first, last):
+    """(file offset, seq) of the record slots of seqs first..last."""
+    return [(8 * (writer.rec + ((s - 1) & writer.mask) * sr.RECORD_WORDS), s)
+            for s in range(first, last + 1)]
+
+
+def test_a_scribbled_ring_loses_its_garbage_counted_and_said(clean_env):
+    """With the sidecar stopped, 20 records are overwritten with random bytes, 20 keep their
+    seq but get random words, a new name's entry and 5 spans' attrs are overwritten: the
+    timeline has none of the 40 (spans_lost is 40), the 10 spans of the damaged name under a
+    'damaged' name, the 5 without the lost attrs, every other span whole and sane, the spans
+    recorded after the damage named, and a note for each kind of damage (no 'ring full')."""
+    rnd = random.Random(7)
+    tid = threading.get_native_id()
+    with monitor(interval=0.05) as m:
+        writer = recorder.active
+        q = writer.q
+        for _ in range(10):
+            with span("a"):
+                pass
+        for _ in range(20):  # interned before the stop: their names are readable
+            with span("b1"):
+                pass
+            with span("b2"):
+                pass
+        side = _sidecar()
+        side.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: side.status() == psutil.STATUS_STOPPED, what="the sidecar to stop")
+            c0 = q[sr.H_COUNTER]
+            for _ in range(20):
+                with span("b1"):
+                    pass
+            c1 = q[sr.H_COUNTER]
+            for _ in range(20):
+                with span("b2"):
+                    pass
+            c2 = q[sr.H_COUNTER]
+            names0 = q[sr.H_NAMES_HEAD]
+            for _ in range(10):
+                with span("b3"):  # a new name: its entry is overwritten below
+                    pass
+            names1 = q[sr.H_NAMES_HEAD]
+            extras0 = q[sr.H_EXTRAS_HEAD]
+            for i in range(5):
+                with span("b4", n=i):
+                    pass
+            extras1 = q[sr.H_EXTRAS_HEAD]
+            for at, _ in _slots(writer, c0 + 1, c1):
+                _scribble(writer.path, at, rnd.randbytes(sr.RECORD_BYTES))
+            for at, seq in _slots(writer, c1 + 1, c2):
+                words = [seq, *(rnd.getrandbits(64) - (1 << 63) for _ in range(5))]
+                _scribble(writer.path, at, b"".join(w.to_bytes(8, "little", signed=True)
+                                                    for w in words))
+            _scribble(writer.path, writer.names_at + names0, rnd.randbytes(names1 - names0))
+            _scribble(writer.path, writer.extras_at + extras0, rnd.randbytes(extras1 - extras0))
+        finally:
+            side.send_signal(signal.SIGCONT)
+        for _ in range(10):
+            with span("c"):  # a name after the damaged one: still read
+                pass
+    t = m.timeline
+    (w,) = t.workers.values()
+    (job,) = t.jobs
+    names = [s.name for s in t.spans if s.kind != "job"]
+    assert names.count("a") == 10 and names.count("c") == 10
+    assert names.count("b1") == 20 and names.count("b2") == 20, "only the 20 before the stop"
+    assert w.spans_lost == 40
+    b3 = [s for s in t.spans if "damaged" in s.name]
+    assert len(b3) == 10 and all("names" in s.name for s in b3)
+    b4 = [s for s in t.spans if s.name == "b4"]
+    assert len(b4) == 5 and not any("n" in (s.attrs or {}) for s in b4)
+    assert set(names) <= {"a", "b1", "b2", "b4", "c", b3[0].name}
+    for s in t.spans:
+        assert job.start_ns <= s.start_ns <= s.end_ns <= job.end_ns, s
+        assert s.kind == "job" or s.tid == tid, s
+    notes = " | ".join(w.notes)
+    assert "span ring full" not in notes
+    damaged = [n for n in w.notes if f"span ring of pid {os.getpid()}" in n]
+    assert len(damaged) == 3, w.notes
+    assert any("records" in n and "spans_lost" in n for n in damaged)
+    assert any("names" in n for n in damaged) and any("attributes" in n for n in damaged)
+
+
+# -- the reader alone, on rings scribbled at random --------------------------------------------
+def _ring(directory):
+    """A ring file with spans of three names and their threads, a reader of it, and the
+    (known names, the writer)."""
+    w = recorder.Writer(directory, 256)
+    nids = [w.intern(n) for n in ("x", "y", "z")]
+    w.thread(1234, "T")
+    for i in range(150):
+        seq = w.begin(nids[i % 3], 0, 1234, 1, 0) & sr.SEQ_MASK
+        if i % 5:
+            w.finish(seq, recorder.now_ns(), 1234)
+        if i % 7 == 0:
+            w.extra(w.gen << sr.GEN_SHIFT | seq, {"attrs": {"i": i}})
+    fd = os.open(w.path, os.O_RDWR)
+    try:
+        mm = mmap.mmap(fd, 0)
+    finally:
+        os.close(fd)
+    return w, mm
+
+
+def test_random_scribbles_never_crash_the_reader_nor_make_absurd_spans(clean_env):
+    """300 rings, each written into at random places of its records, names and extras with
+    random bytes (or zeros, or ones): reading them never raises, and every span it gives has a
+    known or placeholder name, the writer's tid, a start and end within its process's life."""
+    rnd = random.Random(11)
+    parts = sr.layout(256)
+    areas = [(parts["records"], parts["names"]), (parts["names"], parts["extras"]),
+             (parts["extras"], parts["size"])]
+    with tempfile.TemporaryDirectory() as d:
+        # No start before this process's (monotonic, with a second to spare)
+        born = time.monotonic_ns() - int((time.time() - psutil.Process().create_time() + 1) * 1e9)
+        for round_ in range(300):
+            w, mm = _ring(d)
+            reader = sr.RingReader(mm, os.getpid())
+            jobs = sr.Jobs()
+            jobs.start(1, os.getpid(), None, 0)
+            try:
+                if round_ % 2:
+                    reader.read(jobs, now_ns=time.monotonic_ns())  # some read before the damage
+                for _ in range(rnd.randrange(1, 6)):
+                    lo, hi = areas[rnd.randrange(3)]
+                    at = rnd.randrange(lo, hi)
+                    n = min(rnd.randrange(1, 400), hi - at)
+                    fill = rnd.choice([rnd.randbytes(n), bytes(n), b"\xff" * n])
+                    mm[at:at + n] = fill
+                got = reader.read(jobs, now_ns=time.monotonic_ns())
+                got += reader.read(jobs, final=True, now_ns=time.monotonic_ns())
+                now = time.monotonic_ns()
+                for r in got:
+                    assert r.name in ("x", "y", "z") or r.name.startswith("<name not recorded"), r
+                    assert r.tid == 1234, r
+                    assert born <= r.start_ns <= r.end_ns <= now, r
+                    assert r.attrs is None or set(r.attrs) <= {"i"}, r
+                assert len(got) + reader.lost <= 150
+            finally:
+                reader.close()
+                mm.close()
+                recorder.release(w)
+                os.unlink(w.path)
+
+
+def test_an_overwritten_open_span_slot_is_not_an_end(clean_env):
+    """A span open when the reader saw it, whose slot is then overwritten with its seq kept
+    and an absurd end, is dropped and counted, not ended at that time."""
+    with tempfile.TemporaryDirectory() as d:
+        w = recorder.Writer(d, 256)
+        fd = os.open(w.path, os.O_RDWR)
+        mm = mmap.mmap(fd, 0)
+        os.close(fd)
+        reader = sr.RingReader(mm, os.getpid())
+        jobs = sr.Jobs()
+        jobs.start(1, os.getpid(), None, 0)
+        try:
+            seq = w.begin(w.intern("open"), 0, 1234, 1, 0) & sr.SEQ_MASK
+            assert reader.read(jobs, now_ns=time.monotonic_ns()) == []
+            at = 8 * (w.rec + (seq - 1) * sr.RECORD_WORDS)
+            mm[at + 8 * sr.END: at + 8 * sr.END + 8] = (1 << 61).to_bytes(8, "little")
+            assert reader.read(jobs, now_ns=time.monotonic_ns()) == []
+            assert reader.read(jobs, final=True, now_ns=time.monotonic_ns()) == []
+            assert reader.lost == 1
+        finally:
+            reader.close()
+            mm.close()
+            recorder.release(w)
