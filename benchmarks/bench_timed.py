@@ -43,7 +43,7 @@ N = 200_000
 REPEATS = 5
 NAME = "x"
 # Room in the ring for every span of a repeat, so none is overwritten before it is read.
-os.environ["WORKERSCOPE_RING_RECORDS"] = str(1 << (N - 1).bit_length())
+os.environ["WORKERSCOPE_RING_RECORDS"] = str(1 << (2 * N - 1).bit_length())  # span_cpu: 2 a span
 
 
 def noop() -> None:
@@ -118,12 +118,14 @@ def best_of(run: Callable[[int], None], between: Callable[[], None] = lambda: No
     return best
 
 
-def best_of_monitored(run: Callable[[int], None], label: str) -> tuple[float, float, int]:
+def best_of_monitored(run: Callable[[int], None], label: str,
+                      span_cpu: bool = False) -> tuple[float, float, int]:
     """Best ns/iteration with a monitor active; also the slowest monitor exit (s) and the
-    fewest of the N spans that came back in a timeline (they should all come back)."""
+    fewest of the N spans that came back in a timeline (they should all come back).
+    span_cpu: with each span's thread CPU read at its edges (the span_cpu setting)."""
     best, slowest_exit, fewest = float("inf"), 0.0, N
     for _ in range(REPEATS):
-        with workerscope.monitor(interval=1.0) as m:
+        with workerscope.monitor(interval=1.0, span_cpu=span_cpu) as m:
             best = min(best, time_once(run))
             t_exit = time.perf_counter()
         slowest_exit = max(slowest_exit, time.perf_counter() - t_exit)
@@ -148,6 +150,10 @@ def main() -> int:
         minimal_cm = best_of(lambda n: loop_minimal_span(records, n), clear)
         span_off = best_of(loop_span)
         span_on, span_exit, span_back = best_of_monitored(loop_span, NAME)
+        # Two ring records a span with span_cpu: a ring that holds them all.
+        timed_cpu, _, timed_cpu_back = best_of_monitored(
+            lambda n: loop_call(timed_noop, n), timed_noop.__qualname__, span_cpu=True)
+        span_cpu, _, span_cpu_back = best_of_monitored(loop_span, NAME, span_cpu=True)
     finally:
         close_all(wait=True)
         left = psutil.Process().children(recursive=True)
@@ -160,9 +166,11 @@ def main() -> int:
         ("minimal decorator: 2 perf_counter_ns + append", minimal, None),
         ("@timed noop(), no monitor", timed_off, minimal),
         ("@timed noop(), monitor active", timed_on, minimal),
+        ("@timed noop(), monitor active, span_cpu", timed_cpu, minimal),
         ("minimal context manager: same work", minimal_cm, None),
         ('with span("x"): pass, no monitor', span_off, minimal_cm),
         ('with span("x"): pass, monitor active', span_on, minimal_cm),
+        ('with span("x"): pass, monitor active, span_cpu', span_cpu, minimal_cm),
     ]
     writer = "C fast path" if recorder.fast is not None else "pure-Python writer"
     print(f"workerscope {workerscope.__version__}, Python {platform.python_version()}, "
@@ -178,9 +186,10 @@ def main() -> int:
     print()
     print(f"monitor exit with {N} spans to bring back: @timed {timed_exit:.2f} s, "
           f"span {span_exit:.2f} s (slowest of {REPEATS})")
-    print(f"spans back in the timelines: @timed {timed_back}/{N}, span {span_back}/{N} "
-          f"(fewest of {REPEATS})")
-    return 0 if timed_back == N and span_back == N and not left else 1
+    print(f"spans back in the timelines: @timed {timed_back}/{N}, span {span_back}/{N}; "
+          f"with span_cpu {timed_cpu_back}/{N}, {span_cpu_back}/{N} (fewest of {REPEATS})")
+    back = (timed_back, span_back, timed_cpu_back, span_cpu_back)
+    return 0 if all(b == N for b in back) and not left else 1
 
 
 if __name__ == "__main__":

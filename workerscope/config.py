@@ -145,7 +145,7 @@ class Config:
     span_cpu: bool = _setting(
         False, Scope.LINK, _flag,
         "read each sync span's thread CPU time at its begin and end: the functions' CPU "
-        "measured, not estimated from the samples (two clock reads, ~0.4 us more a span)")
+        "measured, not estimated from the samples (two clock reads, ~0.5 us more a span)")
     reset_peak: bool = _setting(
         True, Scope.JOB, _flag,
         "reset the kernel's RSS high-water mark at each job's start, so a warm worker reports "
