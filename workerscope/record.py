@@ -5,27 +5,38 @@ Subscriber appends each frame it folds in, through a writer thread, to an append
 and builds timelines from that file. A driver killed at any moment leaves a record that
 `load()` reads up to the last whole entry.
 
-Layout: an 8-byte header (RECORD_MAGIC), then entries, each a 1-byte tag, a 4-byte
-little-endian length and that many bytes:
+Layout: an 8-byte header (RECORD_MAGIC) and a 4-byte seed, then entries, each a 1-byte tag,
+a 4-byte little-endian length, a CRC-32 of the tag, the length and the data (begun from the
+seed, which no sender sees, so a frame cannot carry an entry a reader would take for one of
+the record's own), and that many bytes:
   F  a driver frame, exactly as protocol.encode_frame made it (as it came off the wire)
-  D  the driver's own facts at that moment (a msgpack map, see Facts): clock offsets, frames
-     lost and dropped per worker, each worker's state, its last frame's time, and notes
-Frames are in the order the driver folded them; facts entries come about once a second and
-at close, and the last one read is the one applied.
+  D  what the driver's own facts (a msgpack map, see Facts: clock offsets, frames lost and
+     dropped per worker, each worker's state, its last frame's time, and notes) changed by
+     since the entry before: written once a second when something changed, and at close
+Frames are in the order the driver folded them; the facts entries, merged in order, are the
+facts. A record of the first layout (RECORD_MAGIC_V1: no seed, no checksums, every facts
+entry whole, the last one applied) is still read.
 
-A torn tail (the driver died mid-write) ends the read there and is said in every worker's
-notes, never fatal; an empty file or one that is not a record is a WorkerscopeError.
+A damaged entry (its checksum does not match; its tag or length is not one a writer writes)
+is skipped: the reader looks for the next whole entry after it and goes on, and the entries
+skipped are counted and said in every worker's notes. A torn tail (the driver died mid-write:
+the file ends inside its last entry) ends the read there and is said too; neither is fatal.
+An empty file or one that is not a record is a WorkerscopeError, and so is one whose header
+is followed by nothing readable.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import os
+import re
 import stat
 import struct
 import threading
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, NamedTuple
 
@@ -35,15 +46,21 @@ from .errors import FileFormatError, ProtocolError, WorkerscopeError
 from .protocol import Status
 from .timeline import Timeline, open_no_foreign_link
 from .timeline import load as load_timeline
+from .units import fmt_bytes
 
 _STATUS_VALUES = frozenset(s.value for s in Status)
 
 log = logging.getLogger("workerscope.record")
 
-RECORD_MAGIC = b"WSCREC\x00\x01"  # "WSCREC", a NUL, the layout's version
+RECORD_MAGIC = b"WSCREC\x00\x02"  # "WSCREC", a NUL, the layout's version
+RECORD_MAGIC_V1 = b"WSCREC\x00\x01"  # entries without checksums; facts entries whole
 FRAME = b"F"
 FACTS = b"D"
-_ENTRY = struct.Struct("<cI")
+_TAGS = (FRAME, FACTS)
+_SEED = struct.Struct("<I")
+_ENTRY_V1 = struct.Struct("<cI")
+_ENTRY = struct.Struct("<cII")  # tag, length, CRC-32
+_TAG_AT = re.compile(b"[FD]")  # where the search for the next whole entry looks
 FLUSH_S = 0.25  # the writer writes what is queued at least this often
 QUEUE_BYTES = 64 * 1024 * 1024  # frames waiting for the writer; past this, dropped and counted
 _READ_CHUNK = 1024 * 1024
@@ -52,6 +69,16 @@ _BATCH = 512  # entries a writev: two buffers each, within IOV_MAX (1,024)
 # holds more has them folded into time bins (builder.SampleBins).
 MAX_SAMPLE_BYTES = 256 * 2**20
 _MAX_ENTRY = 64 * 1024 * 1024  # far above any frame (1 MiB) or facts entry: a bad length
+# The driver's facts are written in entries of at most this many bytes (one worker's are a
+# few KiB at most: see the notes' bounds), however many workers there are.
+FACTS_ENTRY_BYTES = 1024 * 1024
+# A worker's notes (from its frames: a bye may carry 1 MiB of them, and a worker may say bye
+# again and again) are kept in the driver's facts and in a record's timeline up to
+# WORKER_NOTES_BYTES each (UTF-8), NOTE_CHARS characters a note, and NOTES_BYTES for all
+# workers together; past them, one note says so. The driver's own notes come on top.
+NOTE_CHARS = 1_000
+WORKER_NOTES_BYTES = 8 * 1024
+NOTES_BYTES = 8 * 1024 * 1024
 
 
 class Entry(NamedTuple):
@@ -62,25 +89,35 @@ class Entry(NamedTuple):
 @dataclass
 class Facts:
     """What only the driver knows, kept in the record beside the frames. Times are the
-    driver's wall clock (ns)."""
+    driver's wall clock (ns). Each worker's notes are those of its frames, bounded
+    (NoteBudget); the driver's own notes are made from the counts here (driver_notes)."""
 
     clocks: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # offset, error
     lost: dict[str, int] = field(default_factory=dict)
     dropped: dict[str, int] = field(default_factory=dict)
     states: dict[str, str] = field(default_factory=dict)
     last_wall: dict[str, int] = field(default_factory=dict)  # each worker's last frame
-    notes: dict[str, list[str]] = field(default_factory=dict)  # the driver's, per worker
+    notes: dict[str, list[str]] = field(default_factory=dict)  # from its frames, bounded
     closed_wall: int | None = None  # when the driver closed; None while it runs
     # When the driver first found each dead worker gone: the end of what it left open, for a
     # worker that sends nothing between its job's edges (light mode) and so has no last frame
     # near its death.
     gone_wall: dict[str, int] = field(default_factory=dict)
+    not_kept: dict[str, int] = field(default_factory=dict)  # frames past max_kept_bytes
+    max_kept: int | None = None  # the driver's max_kept_bytes
+    unwritten: int = 0  # frames of all workers the record's writer could not write
+    unwritten_why: str | None = None
+
+    _MAPS = ("clocks", "lost", "dropped", "states", "last_wall", "notes", "gone_wall",
+             "not_kept")
 
     def encode(self) -> bytes:
         return protocol.encode_blob({
             "clocks": {w: list(c) for w, c in self.clocks.items()}, "lost": self.lost,
             "dropped": self.dropped, "states": self.states, "last_wall": self.last_wall,
-            "notes": self.notes, "closed_wall": self.closed_wall, "gone_wall": self.gone_wall})
+            "notes": self.notes, "closed_wall": self.closed_wall, "gone_wall": self.gone_wall,
+            "not_kept": self.not_kept, "max_kept": self.max_kept, "unwritten": self.unwritten,
+            "unwritten_why": self.unwritten_why})
 
     @classmethod
     def decode(cls, data: bytes) -> Facts:
@@ -89,7 +126,7 @@ class Facts:
         try:
             if not isinstance(raw, dict):
                 raise TypeError("facts are a map")
-            closed = raw.get("closed_wall")
+            closed, kept, why = raw.get("closed_wall"), raw.get("max_kept"), raw.get("unwritten_why")
             return cls(
                 clocks={_str(w): (_int(o), None if e is None else _int(e))
                         for w, (o, e) in _map(raw.get("clocks")).items()},
@@ -99,9 +136,130 @@ class Facts:
                 last_wall={_str(w): _int(t) for w, t in _map(raw.get("last_wall")).items()},
                 notes={_str(w): [_str(n) for n in ns] for w, ns in _map(raw.get("notes")).items()},
                 closed_wall=None if closed is None else _int(closed),
-                gone_wall={_str(w): _int(t) for w, t in _map(raw.get("gone_wall")).items()})
+                gone_wall={_str(w): _int(t) for w, t in _map(raw.get("gone_wall")).items()},
+                not_kept={_str(w): _int(n) for w, n in _map(raw.get("not_kept")).items()},
+                max_kept=None if kept is None else _int(kept),
+                unwritten=_int(raw.get("unwritten", 0)),
+                unwritten_why=None if why is None else _str(why))
         except (TypeError, ValueError) as err:
             raise ProtocolError(f"malformed driver facts in a record: {err}") from err
+
+    def since(self, old: Facts) -> Facts | None:
+        """What changed from `old` to these facts (a worker's notes: those added since), or
+        None if nothing did. Maps only grow in a driver's life: nothing is ever removed."""
+        delta = Facts(closed_wall=self.closed_wall, max_kept=self.max_kept,
+                      unwritten=self.unwritten, unwritten_why=self.unwritten_why)
+        changed = (self.closed_wall, self.max_kept, self.unwritten, self.unwritten_why) != (
+            old.closed_wall, old.max_kept, old.unwritten, old.unwritten_why)
+        for name in self._MAPS:
+            new, was = getattr(self, name), getattr(old, name)
+            if name == "notes":
+                part = {w: ns[len(was.get(w, ())):] for w, ns in new.items()
+                        if len(ns) > len(was.get(w, ()))}
+            else:
+                part = {w: v for w, v in new.items() if w not in was or was[w] != v}
+            setattr(delta, name, part)
+            changed = changed or bool(part)
+        return delta if changed else None
+
+    def merge(self, delta: Facts) -> None:
+        """Take in a facts entry written as `since` makes them."""
+        for name in self._MAPS:
+            mine, new = getattr(self, name), getattr(delta, name)
+            if name == "notes":
+                for w, ns in new.items():
+                    have = mine.setdefault(w, [])
+                    seen = set(have)
+                    have.extend(n for n in ns if n not in seen)
+            else:
+                mine.update(new)
+        self.closed_wall, self.max_kept = delta.closed_wall, delta.max_kept
+        self.unwritten, self.unwritten_why = delta.unwritten, delta.unwritten_why
+
+    def encode_parts(self, max_bytes: int = FACTS_ENTRY_BYTES) -> list[bytes]:
+        """The facts as entries of at most max_bytes each (split by worker: each part is
+        facts of its own, which merge() takes in in any order)."""
+        data = self.encode()
+        if len(data) <= max_bytes:
+            return [data]
+        workers = sorted({w for name in self._MAPS for w in getattr(self, name)})
+        if len(workers) < 2:  # one worker's facts are a few KiB: never here
+            log.warning("the driver's facts for %.100r take %d bytes: not recorded",
+                        workers, len(data))
+            return []
+        return [part for half in (workers[:len(workers) // 2], workers[len(workers) // 2:])
+                for part in self._only(set(half)).encode_parts(max_bytes)]
+
+    def _only(self, workers: set[str]) -> Facts:
+        part = Facts(closed_wall=self.closed_wall, max_kept=self.max_kept,
+                     unwritten=self.unwritten, unwritten_why=self.unwritten_why)
+        for name in self._MAPS:
+            setattr(part, name, {w: v for w, v in getattr(self, name).items() if w in workers})
+        return part
+
+    def driver_notes(self, wid: str) -> list[str]:
+        """The driver's own notes on a worker: frames it did not record."""
+        notes = []
+        if self.not_kept.get(wid):
+            notes.append(f"{self.not_kept[wid]} frame(s) not kept: the record's cap "
+                         f"(max_kept_bytes={self.max_kept}) was reached")
+        if self.unwritten:
+            notes.append(f"{self.unwritten} frame(s) of all workers could not be written to "
+                         f"the record ({self.unwritten_why or 'the disk was slower than the frames'})")
+        return notes
+
+
+class NoteBudget:
+    """Notes kept within WORKER_NOTES_BYTES a worker and NOTES_BYTES for all, each note cut at
+    NOTE_CHARS: the first notes are kept, and once a worker's (or everyone's) budget is spent
+    one note says so and nothing more of that worker's is taken. What was kept stays kept, so
+    each call's list begins with the last one's (the record's facts write only what is new).
+    `keep` looks only at notes added since its last call for the same list."""
+
+    def __init__(self, per_worker: int = WORKER_NOTES_BYTES, total: int = NOTES_BYTES) -> None:
+        self.per_worker = per_worker
+        self.total = self.left = total
+        self._kept: dict[str, _Kept] = {}
+
+    def keep(self, wid: str, notes: list[str]) -> list[str]:
+        """The kept part of a worker's notes (the budget's own list: copy it to keep it)."""
+        k = self._kept.get(wid)
+        if k is None:
+            k = self._kept[wid] = _Kept()
+        if notes is not k.source:
+            k.source, k.seen = notes, 0
+        if not k.full and len(notes) > k.seen:
+            self._take(k, notes[k.seen:])
+        k.seen = len(notes)
+        return k.notes
+
+    def _take(self, k: _Kept, notes: Iterable[str]) -> None:
+        for whole in notes:
+            note = whole if len(whole) <= NOTE_CHARS else whole[:NOTE_CHARS] + " [cut]"
+            if note in k.have:
+                continue
+            size = len(note.encode("utf-8", "surrogatepass"))
+            if k.bytes + size > self.per_worker or size > self.left:
+                k.notes.append(
+                    f"more notes of this worker were not kept: a worker keeps at most "
+                    f"{fmt_bytes(self.per_worker)} of notes, all workers "
+                    f"{fmt_bytes(self.total)} (record.WORKER_NOTES_BYTES, NOTES_BYTES)")
+                k.full = True
+                return
+            k.notes.append(note)
+            k.have.add(note)
+            k.bytes += size
+            self.left -= size
+
+
+@dataclass
+class _Kept:
+    source: list[str] | None = None  # the list last given to keep()
+    seen: int = 0  # how much of it was looked at
+    notes: list[str] = field(default_factory=list)
+    have: set[str] = field(default_factory=set)
+    bytes: int = 0
+    full: bool = False
 
 
 def _map(value: Any) -> dict[Any, Any]:
@@ -139,23 +297,40 @@ class RecordWriter:
         self.queue_bytes = queue_bytes
         self.flush_s = flush_s
         self.frames = 0  # frames written
-        self.bytes = len(RECORD_MAGIC)  # the file's length: whole entries only
+        self.bytes = len(RECORD_MAGIC) + _SEED.size  # the file's length: whole entries only
         self.dropped = 0  # frames not queued: the queue was full
         self.failed = 0  # entries a write failed for
         self.last_error: str | None = None
         self.closed = False
-        flags = os.O_WRONLY | os.O_CREAT | (0 if resume else os.O_TRUNC)
+        flags = (os.O_RDWR if resume else os.O_WRONLY | os.O_TRUNC) | os.O_CREAT
+        head = b""
         try:
             # Never through another user's symlink (a record often lies in a shared folder).
             fd = open_no_foreign_link(self.path, flags, mode)
             if resume:  # a record this program wrote and closed: go on after its last entry
+                head = os.pread(fd, len(RECORD_MAGIC) + _SEED.size, 0)
                 self.bytes = os.lseek(fd, 0, os.SEEK_END)
         except OSError as err:
             raise WorkerscopeError(f"cannot write the record {self.path!r}: "
                                    f"{err.strerror or err}") from err
         self._fd = fd
-        if not resume:
-            self._write([RECORD_MAGIC], len(RECORD_MAGIC))
+        # The checksums' seed: random, so a sender cannot make a frame that holds an entry
+        # with a good checksum (a reader looking for the entry after a damaged one would take
+        # it for one); None: a record of the first layout, resumed in it.
+        self._seed: int | None
+        if head[:len(RECORD_MAGIC_V1)] == RECORD_MAGIC_V1:
+            self._seed = None
+        elif head[:len(RECORD_MAGIC)] == RECORD_MAGIC and len(head) == len(RECORD_MAGIC) + 4:
+            self._seed = _SEED.unpack_from(head, len(RECORD_MAGIC))[0]
+        elif head:
+            os.close(fd)
+            raise WorkerscopeError(f"cannot go on writing {self.path!r}: it is not a record")
+        else:
+            self._seed = _SEED.unpack(os.urandom(_SEED.size))[0]
+            self.bytes = 0
+            start = RECORD_MAGIC + _SEED.pack(self._seed)
+            self._write([start], len(start))
+            self.bytes = len(start)
         self._queue: collections.deque[tuple[bytes, bytes]] = collections.deque()
         self._queued = 0  # bytes in _queue
         self._asked = 0  # entries queued, ever
@@ -222,7 +397,7 @@ class RecordWriter:
         for start in range(0, len(entries), _BATCH):
             batch = entries[start:start + _BATCH]
             # Gathered by the kernel (writev): no copy of the frames into one large chunk.
-            parts = [p for tag, data in batch for p in (_ENTRY.pack(tag, len(data)), data)]
+            parts = [p for tag, data in batch for p in (self._head(tag, data), data)]
             size = sum(map(len, parts))
             ok = self._write(parts, size)
             with self._cond:
@@ -233,6 +408,11 @@ class RecordWriter:
                     self.failed += len(batch)
                 self._done += len(batch)
                 self._cond.notify_all()
+
+    def _head(self, tag: bytes, data: bytes) -> bytes:
+        if self._seed is None:
+            return _ENTRY_V1.pack(tag, len(data))
+        return _ENTRY.pack(tag, len(data), _crc(self._seed, tag, len(data), data))
 
     def _write(self, parts: list[bytes], size: int) -> bool:
         try:
@@ -257,54 +437,122 @@ class RecordWriter:
         return True
 
 
+def _crc(seed: int, tag: bytes, size: int, data: bytes) -> int:
+    return zlib.crc32(data, zlib.crc32(_ENTRY_V1.pack(tag, size), seed))
+
+
 # -- reading -----------------------------------------------------------------------------------
 class RecordReader:
     """The entries of a record, streamed: `for entry in reader`. After the loop, `torn` is
     the number of bytes at the end that did not make a whole entry (a driver killed
-    mid-write), 0 for a whole record."""
+    mid-write), 0 for a whole record; `damaged` the runs of bytes skipped before a whole
+    entry (or the end) was found again, and `skipped` their bytes. `version`: the layout's
+    (1 or 2), known once the loop began."""
 
     def __init__(self, path: str | os.PathLike[str], limit: int | None = None) -> None:
         self.path = os.fspath(path)
         self.limit = limit  # read no further than this many bytes (what a writer flushed)
         self.torn = 0
+        self.damaged = 0
+        self.skipped = 0
         self.frames = 0
+        self.version = 2
+        self._seed = 0
 
     def __iter__(self) -> Iterator[Entry]:
         with _open_regular(self.path) as f:
-            head = f.read(len(RECORD_MAGIC))
+            head = f.read(len(RECORD_MAGIC) + _SEED.size)
             if not head:
                 raise FileFormatError(f"{self.path!r} is empty: the driver that was recording "
                                        "it stopped before writing anything")
-            if head != RECORD_MAGIC:
+            if head.startswith(RECORD_MAGIC_V1):
+                self.version, pos = 1, len(RECORD_MAGIC_V1)
+            elif head.startswith(RECORD_MAGIC) and len(head) == len(RECORD_MAGIC) + _SEED.size:
+                self._seed, pos = _SEED.unpack_from(head, len(RECORD_MAGIC))[0], len(head)
+            else:
                 raise FileFormatError(f"{self.path!r} is not a workerscope record")
-            pos = len(head)
-            buf = b""
-            while True:
-                want = _READ_CHUNK if self.limit is None else min(_READ_CHUNK, self.limit - pos)
-                more = f.read(want) if want > 0 else b""
-                pos += len(more)
-                buf += more
-                start = 0
-                while len(buf) - start >= _ENTRY.size:
-                    tag, size = _ENTRY.unpack_from(buf, start)
-                    if tag not in (FRAME, FACTS) or size > _MAX_ENTRY:
-                        self.torn = len(buf) - start + self._rest(f, pos)
-                        return
-                    end = start + _ENTRY.size + size
-                    if end > len(buf):
-                        break
-                    if tag == FRAME:
-                        self.frames += 1
-                    yield Entry(tag, buf[start + _ENTRY.size:end])
-                    start = end
-                buf = buf[start:]
-                if not more:
-                    self.torn = len(buf)
-                    return
+            size = os.fstat(f.fileno()).st_size
+            window = _Window(f.fileno(), size if self.limit is None else min(size, self.limit))
+            yield from self._entries(window, pos)
 
-    def _rest(self, f: BinaryIO, pos: int) -> int:
-        size = os.fstat(f.fileno()).st_size
-        return max(0, (size if self.limit is None else min(size, self.limit)) - pos)
+    def _entries(self, window: _Window, pos: int) -> Iterator[Entry]:
+        while pos < window.end:
+            entry, after = self._entry_at(window, pos)
+            if entry is not None:
+                if entry.tag == FRAME:
+                    self.frames += 1
+                yield entry
+                pos = after
+                continue
+            # No whole entry here: the next one after it, if any, is where reading goes on.
+            if after > 0 and self._entry_at(window, after)[0] is not None:
+                found: int | None = after  # only its checksum was wrong: its length holds
+            else:
+                found = None if self.version == 1 else self._next_entry(window, pos + 1)
+            if found is None:
+                if after < 0:  # it ends past the file: cut off mid-write
+                    self.torn = window.end - pos
+                else:
+                    self.damaged += 1
+                    self.skipped += window.end - pos
+                return
+            self.damaged += 1
+            self.skipped += found - pos
+            pos = found
+
+    def _entry_at(self, window: _Window, pos: int) -> tuple[Entry | None, int]:
+        """The whole entry at pos and where the next begins; else None and where this one
+        would end if only its checksum is wrong, -1 if it would end past the file, 0 if its
+        tag or length are not a writer's."""
+        header = _ENTRY_V1 if self.version == 1 else _ENTRY
+        head = window.get(pos, header.size)
+        if len(head) < header.size:
+            return None, -1
+        tag, size = _ENTRY_V1.unpack_from(head)
+        if tag not in _TAGS or size > _MAX_ENTRY:
+            return None, 0
+        end = pos + header.size + size
+        if end > window.end:
+            return None, -1
+        data = window.get(pos + header.size, size)
+        if self.version > 1 and _ENTRY.unpack_from(head)[2] != _crc(self._seed, tag, size, data):
+            return None, end
+        return Entry(tag, data), end
+
+    def _next_entry(self, window: _Window, pos: int) -> int | None:
+        """Where the first whole entry (its checksum right) at or after pos begins."""
+        while pos < window.end:
+            chunk = window.get(pos, _READ_CHUNK)
+            for match in _TAG_AT.finditer(chunk):
+                if self._entry_at(window, pos + match.start())[0] is not None:
+                    return pos + match.start()
+            pos = window.next_data(pos + len(chunk))
+        return None
+
+
+class _Window:
+    """Reads of a file at any offset below `end`, through one buffer of at least a chunk."""
+
+    def __init__(self, fd: int, end: int) -> None:
+        self.fd = fd
+        self.end = end
+        self._at = 0
+        self._buf = b""
+
+    def get(self, pos: int, n: int) -> bytes:
+        """Up to n bytes at pos (fewer at the end)."""
+        n = max(0, min(n, self.end - pos))
+        if pos < self._at or pos + n > self._at + len(self._buf):
+            self._buf = os.pread(self.fd, min(max(n, _READ_CHUNK), self.end - pos), pos)
+            self._at = pos
+        return self._buf[pos - self._at:pos - self._at + n]
+
+    def next_data(self, pos: int) -> int:
+        """pos, or past the hole it is in (a sparse file: nothing there to look through)."""
+        try:
+            return min(self.end, os.lseek(self.fd, pos, os.SEEK_DATA))
+        except OSError as err:
+            return self.end if err.errno == errno.ENXIO else pos
 
 
 def _open_regular(path: str) -> BinaryIO:
@@ -321,7 +569,7 @@ def is_record(path: str | os.PathLike[str]) -> bool:
     """Whether the file begins as a record does (an empty file counts: a record's start)."""
     with _open_regular(os.fspath(path)) as f:
         head = f.read(len(RECORD_MAGIC))
-    return head == RECORD_MAGIC or not head
+    return head in (RECORD_MAGIC, RECORD_MAGIC_V1) or not head
 
 
 def read_record(path: str | os.PathLike[str], limit: int | None = None,
@@ -335,13 +583,19 @@ def read_record(path: str | os.PathLike[str], limit: int | None = None,
     length loads in bounded memory; each worker's notes say so. None keeps every sample."""
     reader = RecordReader(path, limit)
     builder = TimelineBuilder(max_sample_bytes=max_sample_bytes)
-    last: Facts | None = None
+    written = Facts()  # the facts entries merged (a first layout's: the last one)
     bad: dict[str, int] = {}  # worker -> frames of it that did not fold
     unreadable = 0  # entries that are no frame or no facts at all
+    entries = 0
     for entry in reader:
+        entries += 1
         try:
             if entry.tag == FACTS:
-                last = Facts.decode(entry.data)
+                decoded = Facts.decode(entry.data)
+                if reader.version == 1:
+                    written = decoded
+                else:
+                    written.merge(decoded)
                 continue
             frame = protocol.decode_frame(entry.data)
         except ProtocolError:
@@ -351,8 +605,16 @@ def read_record(path: str | os.PathLike[str], limit: int | None = None,
             builder.add(frame)
         except ProtocolError:
             bad[frame.worker] = bad.get(frame.worker, 0) + 1
-    t = _apply(builder, facts or last or Facts(), live=facts is not None)
+    if not entries and reader.damaged:
+        raise FileFormatError(f"{reader.path!r} holds no readable entry: the {reader.skipped:,} "
+                              "bytes after its header are damaged (or a hole)")
+    t = _apply(builder, facts or written, live=facts is not None)
     notes = [f"{unreadable} entr(ies) of the record could not be read"] if unreadable else []
+    if reader.damaged:
+        notes.append(f"{reader.damaged} damaged part(s) of the record {reader.path!r} "
+                     f"({reader.skipped:,} bytes) were skipped: the entries after them were read")
+        log.warning("%s: %d damaged part(s) of %d bytes skipped (the entries after them were "
+                    "read)", reader.path, reader.damaged, reader.skipped)
     if reader.torn:
         notes.append(f"the record {reader.path!r} ends in a torn entry ({reader.torn} bytes, "
                      "not read): the driver stopped while writing it")
@@ -401,6 +663,13 @@ def _apply(builder: TimelineBuilder, facts: Facts, live: bool) -> Timeline:
             if wid not in facts.states and wid not in gave_up and builder.has_open_job(wid):
                 gave_up[wid] = (builder.last_sample.get(wid, 0), "still open where the "
                                 "record ends: whoever wrote it stopped without ending it")
+    # The workers' notes (their frames', the facts'), within the budget, before the ones the
+    # reading adds: a worker saying bye a thousand times with 1 MiB of notes keeps 8 KiB.
+    budget = NoteBudget()
+    for wid, w in builder.t.workers.items():
+        have = set(w.notes)
+        w.notes = list(budget.keep(wid, [*w.notes, *(n for n in facts.notes.get(wid, ())
+                                                     if n not in have)]))
     offsets = {wid: offset for wid, (offset, _) in facts.clocks.items()}
     t = builder.finish(builder.snapshot(last=True), offsets, gave_up)
     for wid, w in t.workers.items():
@@ -410,7 +679,7 @@ def _apply(builder: TimelineBuilder, facts: Facts, live: bool) -> Timeline:
             w.status = Status(facts.states[wid])
         if wid in facts.clocks:
             w.clock_offset_ns, w.clock_error_ns = facts.clocks[wid]
-        w.notes = [*w.notes, *(n for n in facts.notes.get(wid, ()) if n not in w.notes)]
+        w.notes = [*w.notes, *facts.driver_notes(wid)]
         if not live and facts.closed_wall is None and w.status in (Status.RUNNING, Status.IDLE):
             # The driver stopped without closing (killed, or still writing the file): what
             # the worker did after its last frame here is not known.

@@ -17,7 +17,7 @@ import psutil
 
 from ..builder import TimelineBuilder
 from ..protocol import Status
-from ..record import FACTS, Facts, RecordWriter
+from ..record import FACTS, Facts, NoteBudget, RecordWriter
 from .live import LiveState
 from .replies import Replies
 
@@ -73,6 +73,9 @@ class ReceiveState:
         self.gone_wall: dict[str, int] = {}  # when each dead worker was first found gone
         self.anchored: set[str] = set()  # workers whose clock anchor is known (or never will be)
         self.introduced: set[str] = set()  # workers whose hello was folded in (or a heartbeat's)
+        self.notes = NoteBudget()  # what of each worker's notes the facts carry
+        self._written = Facts()  # the facts as the record has them, so far
+        self._written_to: RecordWriter | None = None  # the record they were written to
 
     # -- reads, from any thread --------------------------------------------------------------
     def copy_lost(self) -> dict[str, int]:
@@ -144,26 +147,35 @@ class ReceiveState:
                                   self.dropped, time.monotonic())
 
     def facts(self, closed_wall: int | None = None) -> Facts:
-        """What this driver knows that no frame says."""
+        """What this driver knows that no frame says, and its workers' notes, bounded
+        (record.NoteBudget)."""
         with self.cond:
-            notes = {wid: list(w.notes) for wid, w in self.builder.t.workers.items()}
-            for wid, n in self.not_kept.items():
-                notes.setdefault(wid, []).append(
-                    f"{n} frame(s) not kept: the record's cap (max_kept_bytes="
-                    f"{self.limits.max_kept_bytes}) was reached")
+            notes = {wid: list(self.notes.keep(wid, w.notes))
+                     for wid, w in self.builder.t.workers.items()}
             record = self.record
-            if record is not None and (record.dropped or record.failed):
-                missed = (f"{record.dropped + record.failed} frame(s) of all workers could not "
-                          f"be written to the record "
-                          f"({record.last_error or 'the disk was slower than the frames'})")
-                for wid in self.builder.t.workers:
-                    notes.setdefault(wid, []).append(missed)
+            unwritten = 0 if record is None else record.dropped + record.failed
             return Facts(clocks=self.replies.clocks.offsets(), lost=dict(self.lost),
                          dropped=dict(self.dropped), states=self.states(),
                          last_wall=dict(self.last_wall), notes=notes, closed_wall=closed_wall,
-                         gone_wall=dict(self.gone_wall))
+                         gone_wall=dict(self.gone_wall), not_kept=dict(self.not_kept),
+                         max_kept=self.limits.max_kept_bytes, unwritten=unwritten,
+                         unwritten_why=None if record is None else record.last_error)
 
     def write_facts(self, closed_wall: int | None = None) -> None:
-        """Append the facts to the record (the receive thread, or the closing one)."""
-        if self.record is not None:
-            self.record.append(self.facts(closed_wall).encode(), FACTS)
+        """Append to the record what changed in the facts since they were last written (the
+        receive thread, or the closing one): nothing when nothing did, so quiet workers cost
+        the record nothing, and a worker's notes are written once each. What a tick writes
+        is the facts of the workers whose frames came since the last (their last frame's
+        time, counts), the notes they added, within their budget, and states that moved."""
+        with self.cond:
+            record = self.record
+            if record is None:
+                return
+            if record is not self._written_to:  # a new file: every fact goes in once
+                self._written, self._written_to = Facts(), record
+            now = self.facts(closed_wall)
+            delta = now.since(self._written)
+            self._written = now
+            # Appended under the lock: deltas must reach the file in the order they were taken.
+            for part in () if delta is None else delta.encode_parts():
+                record.append(part, FACTS)
