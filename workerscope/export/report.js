@@ -476,9 +476,11 @@ function redraw() {
   clearTimeout(settle);
   settle = setTimeout(() => drawAll(true), 400);
 }
+let sized = false;  // laid out at the page's own width (not in a frame of no width yet)
 function layout() {
   // One width for every canvas, or the time axes would not line up. Sizing the canvases can
   // make the page tall enough to grow a scrollbar, which narrows it: then size them again.
+  sized = stack.clientWidth > 0;
   for (let pass = 0; pass < 2; pass++) {
     const w = Math.max(stack.clientWidth, 640);
     gantt = setup(document.getElementById("gantt"), ganttH, w);
@@ -637,16 +639,22 @@ window.addEventListener("mousemove", ev => {
   redraw();
 });
 window.addEventListener("mouseup", () => { drag = null; });
-// Redrawn when the page's width changes: a window resized, or a frame (a notebook's iframe)
-// that got its width only after the report first drew.
+// Redrawn when the page's width changes: a window resized (once it settles), or a frame (a
+// notebook's iframe) that got its width only after the report first drew: a notebook runs an
+// output's document before it lays the output out, so the first layout saw no width and drew
+// at the 640 px minimum. That one is fitted at once, not after a timer (a frame's timers may
+// be held back while it is off screen).
 let resizing = 0;
+function fit() {
+  if (Math.max(stack.clientWidth, 640) !== gantt.w) { layout(); drawAll(true); }
+}
 function relayout() {
+  if (!sized && stack.clientWidth > 0) { fit(); return; }
   clearTimeout(resizing);
-  resizing = setTimeout(() => {
-    if (Math.max(stack.clientWidth, 640) !== gantt.w) { layout(); drawAll(true); }
-  }, 100);
+  resizing = setTimeout(fit, 100);
 }
 window.addEventListener("resize", relayout);
+window.addEventListener("load", relayout);
 if (window.ResizeObserver) new ResizeObserver(relayout).observe(stack);
 
 // For tests and scripts: where the k-th span named `name` (of a worker whose id starts with
