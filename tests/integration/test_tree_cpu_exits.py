@@ -52,9 +52,19 @@ def forking_shell_cmd() -> list[str]:
     return ["sh", "-c", f"for i in 1 2 3 4; do ({burner(0.3)}) & done; wait"]
 
 
+# Enough source for `compileall -j 2` to keep two workers busy for ~1-2 s of CPU (as the
+# report's case did; workerscope's own package alone took 0.3 s and showed nothing).
+STDLIB_PACKAGES = ("asyncio", "email", "json", "xml", "http", "logging", "multiprocessing",
+                   "concurrent", "importlib", "unittest", "urllib", "tomllib", "sqlite3",
+                   "idlelib", "ctypes", "encodings", "distutils", "pydoc_data", "re")
+
+
 def compileall_cmd(tmp_path: Path) -> list[str]:
     src = tmp_path / "src"
     shutil.copytree(Path(__file__).parents[2] / "workerscope", src / "workerscope")
+    stdlib = Path(shutil.__file__).parent
+    for name in STDLIB_PACKAGES:
+        shutil.copytree(stdlib / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     return [sys.executable, "-m", "compileall", "-j", "2", "-f", "-q", str(src)]
 
 
