@@ -43,9 +43,10 @@ class LiveState:
         self.workers: dict[str, WorkerLive] = {}
         self.job_seconds: deque[float] = deque(maxlen=keep_jobs)
 
-    def note(self, frame: protocol.Frame, now: float) -> None:
+    def note(self, frame: protocol.Frame, now: float) -> bool:
         """Fold in one frame that the TimelineBuilder has already checked, received at `now`
-        (monotonic seconds)."""
+        (monotonic seconds). True for a job_end that ended a job open here (not one of a job
+        never started, or ended already: those end nothing)."""
         b = frame.body
         w = self.workers.setdefault(frame.worker, WorkerLive())
         if frame.kind == protocol.SAMPLE:
@@ -60,14 +61,17 @@ class LiveState:
             w.jobs[_job_id(b)] = (bounded_text(b.get("name"), MAX_NAME), now)
         elif frame.kind == protocol.JOB_END:
             started = w.jobs.pop(_job_id(b), None)
-            if started is not None:
-                self.job_seconds.append(now - started[1])
+            if started is None:
+                return False
+            self.job_seconds.append(now - started[1])
             if b.get("status", Status.OK) != Status.OK:
                 w.failed_jobs += 1
+            return True
         elif frame.kind == protocol.SPANS and b.get("records"):
             w.span = str(protocol.SpanRecord(*b["records"][-1]).name)  # an older one: shorter
         elif frame.kind == protocol.HEARTBEAT:
             w.inside = _spans_open(b.get("spans_open"))
+        return False
 
     def open_jobs(self, wid: str) -> int:
         w = self.workers.get(wid)

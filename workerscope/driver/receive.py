@@ -160,8 +160,13 @@ class Receiver:
         if frame.kind != protocol.SAMPLE:
             return protocol.decode_frame(data, max_bytes)
         now = time.monotonic()
-        if now - self._live_read.get(frame.worker, -LIVE_EVERY) >= LIVE_EVERY:
-            self._live_read[frame.worker] = now
+        wid = frame.worker
+        if now - self._live_read.get(wid, -LIVE_EVERY) >= LIVE_EVERY:
+            # Remembered only for a worker already let in (this thread alone writes
+            # `received`): a frame refused next, past max_workers or for its id, leaves no
+            # trace here.
+            if wid in self.state.received:
+                self._live_read[wid] = now
             return protocol.decode_frame(data, max_bytes)
         return frame
 
@@ -191,10 +196,13 @@ class Receiver:
             st.bad_frames += 1
             st.last_error = str(err)
             return False
+        ended = False
         if keep or kind in _JOB_KINDS:  # live rows need every job
-            self._live.note(frame, time.monotonic())
+            ended = self._live.note(frame, time.monotonic())
         after = self._folded.get(kind)
-        if after is not None:
+        # A job_end ends a job only if one was open: else wait(jobs=N) would count ends of
+        # jobs never started (a forged frame, or one sent twice).
+        if after is not None and (kind != protocol.JOB_END or ended):
             after(frame)
         return True
 
