@@ -12,7 +12,10 @@ key (docs/SECURITY.md). One without keys connects in plain text, as a driver mad
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import stat
 import time
 from collections.abc import Callable
 
@@ -57,6 +60,8 @@ def dealer(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, send_hwm: int = S
         address, keys = split_endpoint(endpoint)
     except ConfigError as err:
         raise zmq.ZMQError(zmq.EINVAL, str(err)) from err
+    if address.startswith("ipc://"):
+        _check_ipc_owner(address[len("ipc://"):])
     sock = ctx.socket(zmq.DEALER)
     try:
         # Options first: a connection takes the socket's options as they are at connect().
@@ -73,6 +78,20 @@ def dealer(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, send_hwm: int = S
         sock.close(linger=0)
         raise zmq.ZMQError(err.errno, f"{err.strerror} ({public_endpoint(endpoint)})") from err
     return sock
+
+
+def _check_ipc_owner(path: str) -> None:
+    """Refuse an ipc path that another user's socket holds: in a folder every user may write
+    to (as /tmp is), whoever binds a path first receives what connects to it. A socket of
+    this user's or root's, or no socket yet, is connected to as before (zmq.ZMQError else)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # not there yet: the driver's own, when it binds (a private folder is safer)
+    if st.st_uid not in (os.getuid(), 0) or not stat.S_ISSOCK(st.st_mode):
+        raise zmq.ZMQError(errno.EACCES, f"ipc://{path} is owned by uid {st.st_uid}, not this "
+                                       "user: another user may be listening there; nothing is "
+                                       "sent to it (use a path in a folder of your own)")
 
 
 # Connection events that tell whether a driver listens: a handshake done, or a connection

@@ -1,0 +1,69 @@
+"""An ipc:// endpoint in a folder every user can write to (as /tmp is): another local user who
+binds the path first must not receive the worker's frames. The worker checks who owns the
+socket it would connect to."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from workerscope import profiled
+from workerscope.worker import light, link
+
+OTHER_UID = 54_321
+
+ATTACKER = textwrap.dedent("""
+    import os, sys, zmq
+    os.setgid({uid}); os.setuid({uid})
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.bind("ipc://" + sys.argv[1])
+    print("bound", flush=True)
+    got = 0
+    while sock.poll(3000):
+        sock.recv_multipart()
+        got += 1
+    print(got, flush=True)
+""").format(uid=OTHER_UID)
+
+
+@pytest.mark.parametrize("mode", ["light", "heavy"])
+def test_a_socket_another_user_bound_first_gets_no_frames(clean_env, caplog, mode):
+    """Neither a light worker nor a heavy job's sidecar sends to it; the job runs, and the
+    worker (light) says why, once (a sidecar says it on the worker's stderr)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the other local user's process (setuid)")
+    # Under /tmp itself: the other user must reach the folder (pytest's tmp_path is private).
+    folder = Path(tempfile.mkdtemp(prefix="workerscope-shared-", dir="/tmp"))
+    folder.chmod(0o1777)
+    path = folder / "driver.ipc"
+    attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, str(path)],
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert attacker.stdout is not None and attacker.stdout.readline().strip() == "bound"
+        assert os.stat(path).st_uid == OTHER_UID
+        endpoint = f"ipc://{path}"
+        with caplog.at_level(logging.WARNING, logger="workerscope"):
+            # The job runs regardless.
+            assert profiled(lambda: 7, endpoint=endpoint, mode=mode, interval=0.05)() == 7
+            light._close_senders()
+            link.close_all(wait=True)
+        out, _ = attacker.communicate(timeout=60)
+    finally:
+        if attacker.poll() is None:
+            attacker.kill()
+            attacker.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+    assert out.strip() == "0", "the other user's socket received the worker's frames"
+    if mode == "heavy":
+        return
+    said = [r.getMessage() for r in caplog.records if "owned by uid" in r.getMessage()]
+    assert len(said) == 1 and str(OTHER_UID) in said[0], [r.getMessage() for r in caplog.records]
