@@ -139,7 +139,8 @@ def open_fds() -> set[str]:
 def orphan_sidecars() -> list[int]:
     """Sidecar processes of ours that no link owns any more (a live link's is not a leak:
     sidecars are kept for the next job by design)."""
-    owned = {link.proc.pid for link in launcher._links.values() if link.proc is not None}
+    owned = {link.proc.pid for link in [*launcher._links.values(), *launcher._retired]
+             if link.proc is not None}
     out = []
     for p in psutil.Process().children():
         try:

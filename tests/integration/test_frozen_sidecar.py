@@ -72,3 +72,31 @@ def test_a_monitor_on_a_frozen_sidecar_waits_seconds_not_thirty(clean_env):
         sidecar.send_signal(signal.SIGCONT)
         launcher.close_all(wait=True)
     sidecar.wait(timeout=30)
+
+
+def test_a_stopped_sidecar_given_up_on_is_not_left_behind(clean_env):
+    """The sidecar the worker gave up on as stopped is killed and reaped when the next job
+    starts another, and its ring folder goes with it: stopped, it would hold both for ever
+    (it was left running, untracked, a leak the suite caught under load)."""
+    import os
+
+    from workerscope import monitor
+
+    with monitor(interval=0.1):
+        pass
+    (link,) = launcher._links.values()
+    sidecar, rings = link.proc, link.rings
+    sidecar.send_signal(signal.SIGSTOP)
+    try:
+        with monitor(interval=0.1):
+            pass  # given up on within FROZEN_S
+        with monitor(interval=0.1):
+            pass  # a new sidecar: the stopped one is done away with
+        assert sidecar.poll() is not None, "the stopped sidecar still runs"
+        assert rings is not None and not os.path.exists(rings), "its ring folder is left"
+        (new,) = launcher._links.values()
+        assert new.proc is not None and new.proc.pid != sidecar.pid
+    finally:
+        if sidecar.poll() is None:
+            sidecar.send_signal(signal.SIGCONT)
+        launcher.close_all(wait=True)

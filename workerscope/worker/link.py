@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -31,10 +31,11 @@ from .exits import at_exit, started_by_multiprocessing
 
 START_TIMEOUT = 30.0
 REPLY_TIMEOUT = 30.0
-# How long one write to the sidecar may wait for room in the pipe. A sidecar stopped by SIGSTOP
-# (a debugger, a frozen container) stops reading; past this the link gives up and the job goes
-# on unmonitored, instead of blocking for ever with the link's lock held.
-WRITE_TIMEOUT = 5.0
+# How long a write to the sidecar may wait for room in the pipe while the sidecar runs but
+# takes nothing (far behind a fast worker on a loaded machine). One stopped by SIGSTOP (a
+# debugger, a frozen container) is given up on after FROZEN_S. Either way the job goes on
+# unmonitored, instead of blocking for ever with the link's lock held.
+WRITE_TIMEOUT = 30.0
 # While it waits for an answer, the worker looks this often whether the sidecar is stopped,
 # and gives up on one stopped this long (rather than wait REPLY_TIMEOUT for it).
 FROZEN_LOOK_S = 0.25
@@ -107,11 +108,6 @@ class SidecarLink:
         ours, theirs = socket.socketpair()
         # Room for bursts of job edges while the sidecar is busy sampling.
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        # The kernel's own send timeout: it holds whatever Python's socket timeout is at the
-        # moment (the reply reader changes that one while it waits).
-        seconds = int(WRITE_TIMEOUT)
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
-                        struct.pack("ll", seconds, int((WRITE_TIMEOUT - seconds) * 1e6)))
         if serve is not None:
             self._sock = ours
             self.thread = threading.Thread(target=serve, args=(theirs,), daemon=True,
@@ -163,6 +159,11 @@ class SidecarLink:
         if self.writer is not None:
             spans.release(self.writer)
             self.writer = None
+        if self.dead and self.proc is not None and self.proc.poll() is None and self._stopped():
+            # Given up on as stopped: it would hold its ring folder (and a process slot) for
+            # ever. What it had not sent is lost with it, as it was once it stopped.
+            self.proc.kill()
+            self.proc.wait()
         if wait and self.proc is not None:
             try:
                 self.proc.wait(timeout=self.config.bye_timeout + 10)
@@ -175,19 +176,22 @@ class SidecarLink:
             self.remove_rings()  # the sidecar is gone (or never came): nobody else will
         self.dead = True
 
-    def _frozen(self) -> bool:
-        """Whether the sidecar process has been stopped (state T or t) for FROZEN_S: a busy
-        one (a big job's timeline to build) is waited for, a stopped one is not."""
+    def _stopped(self) -> bool:
+        """Whether the sidecar process is stopped now (state T or t: SIGSTOP, a debugger)."""
         if self.proc is None:
             return False
         try:
             with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
                 data = f.read()
-            state = data[data.rindex(b")") + 2:][:1]
+            return data[data.rindex(b")") + 2:][:1] in (b"T", b"t")
         except (OSError, ValueError):
             return False
+
+    def _frozen(self) -> bool:
+        """Whether the sidecar process has been stopped (state T or t) for FROZEN_S: a busy
+        one (a big job's timeline to build) is waited for, a stopped one is not."""
         now = time.monotonic()
-        if state not in (b"T", b"t"):
+        if not self._stopped():
             self._stopped_since = None
             return False
         if self._stopped_since is None:
@@ -244,19 +248,38 @@ class SidecarLink:
             self._write_locked(data)
 
     def _write_locked(self, data: bytes) -> None:
-        if self._sock is None or self.dead:
+        sock = self._sock
+        if sock is None or self.dead:
             raise SidecarError("the sidecar is gone")
-        try:
-            # MSG_NOSIGNAL: a dead sidecar must not SIGPIPE a worker that restored SIG_DFL.
-            self._sock.sendall(data, socket.MSG_NOSIGNAL)
-        except (BlockingIOError, TimeoutError) as err:
-            # Part of a message may be in the pipe: the stream is broken, the link done.
-            self.dead = True
-            raise SidecarError(f"the sidecar took nothing for {WRITE_TIMEOUT:g} s (stopped or "
-                               "frozen?); the job goes on unmonitored") from err
-        except OSError as err:
-            self.dead = True
-            raise SidecarError(f"the sidecar is gone ({err})") from err
+        view = memoryview(data)
+        progress = time.monotonic()
+        while True:
+            try:
+                # Never blocking: the reply reader sets the socket's timeout while it waits.
+                # MSG_NOSIGNAL: a dead sidecar must not SIGPIPE a worker that restored SIG_DFL.
+                view = view[sock.send(view, socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT):]
+                if not view:
+                    return
+                progress = time.monotonic()
+            except (BlockingIOError, TimeoutError):
+                pass
+            except OSError as err:
+                self.dead = True
+                raise SidecarError(f"the sidecar is gone ({err})") from err
+            select.select([], [sock], [], FROZEN_LOOK_S)
+            self._give_up_writing(time.monotonic() - progress)
+
+    def _give_up_writing(self, idle: float) -> None:
+        """Raise SidecarError (the link done: part of a message may be in the pipe) where the
+        sidecar has taken nothing for `idle` s and is stopped, or is far behind."""
+        if idle >= FROZEN_S and self._stopped():
+            reason = f"is stopped (SIGSTOP, a debugger, a frozen container?) for {idle:.0f} s"
+        elif idle >= WRITE_TIMEOUT:
+            reason = f"took nothing for {WRITE_TIMEOUT:g} s"
+        else:
+            return
+        self.dead = True
+        raise SidecarError(f"the sidecar {reason}; the job goes on unmonitored")
 
     def _wait_for(self, kind: str, timeout: float, job: int | None = None) -> dict[str, Any]:
         """The next message of `kind` (for `job`, if given), reading the pipe if need be."""
@@ -360,14 +383,22 @@ def _remove_dead_rings(where: str) -> None:
             shutil.rmtree(os.path.join(where, name), ignore_errors=True)
 
 
+# Links given up on (their sidecar stopped answering, or fell behind) whose sidecar may still
+# run: told to finish (its pipe closed), reaped as it exits, waited for by close_all(wait=True).
+_retired: list[SidecarLink] = []
+
+
 def get_link(config: Config) -> SidecarLink:
     """The running link for these settings, started (or restarted after a death) on demand."""
     with _links_lock:
+        _retired[:] = [old for old in _retired if old._sidecar_running()]  # reaps the exited
         link = _links.get(link_key(config))
         if link is not None and link.alive:
             return link
         if link is not None:
             link.close()
+            if link._sidecar_running():
+                _retired.append(link)
         started_by_multiprocessing()  # a fork child's os._exit runs no atexit handler
         link = SidecarLink(config)
         _links[link_key(config)] = link
@@ -377,8 +408,9 @@ def get_link(config: Config) -> SidecarLink:
 
 def close_all(wait: bool = False) -> None:
     with _links_lock:
-        links = list(_links.values())
+        links = [*_links.values(), *_retired]
         _links.clear()
+        _retired.clear()
     for link in links:
         link.close(wait=wait)
 
@@ -396,6 +428,7 @@ def _forget_after_fork() -> None:
         link.writer = None
         link.rings = None
     _links.clear()
+    _retired.clear()
     _links_lock = threading.Lock()
 
 
