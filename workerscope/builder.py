@@ -629,8 +629,35 @@ def _check_numbers(values: Any) -> None:
             raise ValueError("a metric value is not a number")
 
 
+def _in_range(t: Timeline, offsets: dict[str, int]) -> dict[str, int]:
+    """The offsets that keep every time of their worker within int64 once taken off; one
+    that would not (an anchor near the edge of int64 and a clock a century off, each within
+    its own bound) is left out, and its worker's note says so: a save would fail else."""
+    wanted = {w: off for w, off in offsets.items() if off}
+    if not wanted:
+        return wanted
+    lo: dict[str, int] = {}
+    hi: dict[str, int] = {}
+    times: list[tuple[str, int]] = [(s.worker, s.t_ns) for s in t.samples]
+    times += [(m.worker, m.t_ns) for m in t.marks]
+    times += [(s.worker, x) for s in t.spans for x in (s.start_ns, s.end_ns)]
+    times += [(j.worker, x) for j in t.jobs for x in (j.start_ns, j.end_ns or j.start_ns)]
+    for wid, x in times:
+        if wid in wanted:
+            lo[wid] = min(lo.get(wid, x), x)
+            hi[wid] = max(hi.get(wid, x), x)
+    for wid in [w for w in lo if lo[w] - wanted[w] < -_INT64 or hi[w] - wanted[w] >= _INT64]:
+        off = wanted.pop(wid)
+        if wid in t.workers:
+            t.workers[wid].notes.append(
+                f"its clock offset ({off} ns) would move its times out of range: they stay on "
+                "its own clock")
+    return wanted
+
+
 def _shift(t: Timeline, offsets: dict[str, int]) -> None:
     """Move each worker's events by its clock offset onto the driver's clock."""
+    offsets = _in_range(t, offsets)
     rep = dataclasses.replace
     t.samples = [rep(s, t_ns=s.t_ns - offsets[s.worker]) if offsets.get(s.worker) else s
                  for s in t.samples]

@@ -223,7 +223,9 @@ def _counters(t: Timeline, origin: int, pid_of: Callable[[str, int], int]) -> li
         events.append({"ph": "M", "name": "process_name", "pid": p, "tid": 0,
                        "args": {"name": f"host {h or 'localhost'}"}})
     for g in (*workers, *machines):
-        p = host_pid[g.host] if g.pid is None else pid_of(g.worker, g.pid)
+        # A worker's tree without a root pid (its hello never came, or was refused) sits on
+        # the worker's process 0, not on a host's.
+        p = host_pid[g.host] if g in machines else pid_of(g.worker, g.pid or 0)
         for t_ns, values in group_values(g):
             ts = _us(t_ns, origin)
             for metric, value in values:
