@@ -290,17 +290,25 @@ SPAN_FRAME_BUDGET = 256 * 1024
 
 
 def _record_size(r: SpanRecord) -> int:
-    """A cheap estimate of a record's packed size."""
-    size = 64 + len(r.name) + (len(r.error) if r.error else 0)
+    """A cheap estimate of a record's packed size, in bytes."""
+    size = 64 + _text_bytes(r.name) + (_text_bytes(r.error) if r.error else 0)
     if r.attrs:
         size += _value_size(r.attrs, 8)
     return size
 
 
+def _text_bytes(text: str) -> int:
+    """The UTF-8 length of `text`: its length where it is ASCII (a flag check), else up to
+    four bytes a character."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
 def _value_size(value: Any, depth: int) -> int:
     """About the bytes msgpack writes for `value`, looking `depth` levels deep (attrs may nest
     a thousand levels: str() of them recursed until the sidecar died)."""
-    if isinstance(value, (str, bytes)):
+    if isinstance(value, str):
+        return _text_bytes(value) + 5
+    if isinstance(value, bytes):
         return len(value) + 5
     if isinstance(value, dict):
         if depth <= 0:

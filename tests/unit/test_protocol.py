@@ -93,3 +93,18 @@ def test_unknown_objects_become_plain_values_never_pickles():
     assert body["path"] == "PurePosixPath('/x')" and body["n"] == 7 and body["s"] == [1]
     assert body["o"].startswith("<object object at")
     assert b"pickle" not in data and b"\x80\x04" not in data
+
+
+def test_span_frames_of_wide_characters_stay_within_the_frame_limit():
+    """Records whose names, errors and attrs are 4-byte UTF-8 characters: each frame they
+    are cut into stays within the budget in bytes, not characters (at 4 bytes a character
+    the frames came to 1 MiB and more, past MAX_FRAME_BYTES, and would be dropped)."""
+    from factories import span_record
+
+    wide = "\U0001F600" * 2000  # 2,000 characters, 8,000 bytes
+    records = [span_record(id=i, name=wide, error=wide, attrs={"k": wide}, job=1)
+               for i in range(400)]
+    sizes = [len(protocol.encode_frame(kind, "w", 0, body))
+             for kind, body, _ in protocol.span_bodies(7, records, [])]
+    assert len(sizes) > 1
+    assert max(sizes) <= protocol.SPAN_FRAME_BUDGET * 1.1, max(sizes)
