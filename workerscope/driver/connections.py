@@ -100,6 +100,9 @@ class Connections:
         self._hung: set[int] = set()  # hung up, not gone yet
         self.refused = 0  # connections hung up past the ceiling
         self.failed_handshakes = 0  # without the key, with the wrong one, or not ZeroMQ at all
+        # Connections that ended having sent no frame, not hung up here: garbage, a greeting
+        # cut short (ZeroMQ reports no failed handshake for those).
+        self.ended_silent = 0
         self.accept_failures = 0
         self.peers: dict[bytes, Peer] = {}  # routing id -> the worker it speaks for
         self.owner: dict[str, bytes] = {}  # worker -> the routing id that speaks for it
@@ -111,8 +114,10 @@ class Connections:
 
     @property
     def handshakes_failed(self) -> int:
-        """Handshakes that failed, less those of connections hung up here (they fail too)."""
-        return max(0, self.failed_handshakes - self.refused)
+        """Connections refused at their handshake: those ZeroMQ says failed one (less those
+        hung up here: they fail too), or, where more, those that ended without a frame (a
+        failed handshake ends its connection too, so the two overlap: the larger stands)."""
+        return max(0, self.failed_handshakes - self.refused, self.ended_silent)
 
     # -- the monitor -------------------------------------------------------------------------
     def start(self) -> None:
@@ -156,6 +161,8 @@ class Connections:
                 if len(self.live) - len(self._hung) > self.ceiling:
                     self._refuse_one(value)
             elif kind == zmq.EVENT_DISCONNECTED:
+                if value in self.live and value not in self.spoken and value not in self._hung:
+                    self.ended_silent += 1
                 self.live.pop(value, None)
                 self._hung.discard(value)
                 self.spoken.discard(value)
