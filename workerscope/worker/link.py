@@ -50,6 +50,7 @@ class SidecarLink:
         self.proc: subprocess.Popen[bytes] | None = None
         self.thread: threading.Thread | None = None  # the sidecar, when it runs in this process
         self._sock: socket.socket | None = None
+        self._sock_id: tuple[int, int] | None = None  # what the pipe's descriptor refers to
         self._reader = protocol.PipeReader()
         self._inbox: list[tuple[str, dict[str, Any]]] = []
         # _lock orders writes; _read_lock lets one thread at a time read replies, which it
@@ -108,6 +109,7 @@ class SidecarLink:
         ours, theirs = socket.socketpair()
         # Room for bursts of job edges while the sidecar is busy sampling.
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        self._sock_id = _identity(ours.fileno())
         if serve is not None:
             self._sock = ours
             self.thread = threading.Thread(target=serve, args=(theirs,), daemon=True,
@@ -154,8 +156,7 @@ class SidecarLink:
                     self._write(protocol.encode_pipe(protocol.CLOSE, {}))
             except (OSError, SidecarError):
                 self.dead = True
-            self._sock.close()
-            self._sock = None
+            self._let_go()
         if self.writer is not None:
             spans.release(self.writer)
             self.writer = None
@@ -247,10 +248,33 @@ class SidecarLink:
         with self._lock:
             self._write_locked(data)
 
+    def _let_go(self) -> None:
+        """Close the pipe, unless its number holds something else now: the job closed it (as
+        closerange(3, ...) does) and opened a file of its own there, which must stay open."""
+        if self._sock is None:
+            return
+        if self._ours():
+            self._sock.close()
+        else:
+            self._sock.detach()
+        self._sock = None
+
+    def _ours(self) -> bool:
+        """Whether the pipe's descriptor is still the pipe (one fstat)."""
+        return self._sock is not None and _identity(self._sock.fileno()) == self._sock_id
+
+    def _check_ours(self) -> None:
+        if not self._ours():
+            self.dead = True
+            self._let_go()
+            raise SidecarError("the pipe to the sidecar was closed by the job (its descriptor "
+                               "holds something else now): the job goes on unmonitored")
+
     def _write_locked(self, data: bytes) -> None:
         sock = self._sock
         if sock is None or self.dead:
             raise SidecarError("the sidecar is gone")
+        self._check_ours()  # never into a descriptor the job has reused
         view = memoryview(data)
         progress = time.monotonic()
         while True:
@@ -303,6 +327,7 @@ class SidecarLink:
             if left <= 0 or self._sock is None:
                 self.dead = True
                 raise SidecarError(f"the sidecar did not answer within {timeout:g} s")
+            self._check_ours()  # never read what is the job's
             self._sock.settimeout(min(left, FROZEN_LOOK_S))
             try:
                 chunk = self._sock.recv(1 << 20)
@@ -406,6 +431,15 @@ def get_link(config: Config) -> SidecarLink:
         return link
 
 
+def _identity(fd: int) -> tuple[int, int] | None:
+    """What a descriptor refers to (device, inode), None if it is closed."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def close_all(wait: bool = False) -> None:
     with _links_lock:
         links = [*_links.values(), *_retired]
@@ -420,9 +454,7 @@ def _forget_after_fork() -> None:
     # closes its copy of the pipe: else the sidecar would miss the EOF of the parent's death.
     global _links_lock
     for link in _links.values():
-        if link._sock is not None:
-            link._sock.close()
-            link._sock = None
+        link._let_go()
         link.dead = True
         # Its ring and directory belong to the parent (recorder.py gives the child its own).
         link.writer = None
