@@ -136,3 +136,20 @@ def test_chrome_colliding_pids_of_two_hosts_are_separated():
     pids = {e["pid"] for e in d["traceEvents"] if e["ph"] == "X"}
     assert len(pids) == 2 and 10 in pids
     assert list(d["otherData"]["remapped_pids"]) == ["h2:10"]
+
+
+def test_the_json_trace_has_no_counter_tracks_of_idle_threads():
+    """As in the .pftrace: a thread whose CPU never moved gets no counter events in the
+    Chrome .json (a process's parked threads made dozens of flat tracks), a busy one does."""
+    from factories import sample, timeline, worker
+
+    from workerscope.export.chrome import to_chrome
+
+    samples = [sample(t_ns=k * 10**9, scope="thread", pid=10, tid=tid,
+                      values={"cpu_user_s": busy * k, "cpu_system_s": 0.0})
+               for k in range(5) for tid, busy in ((11, 0.0), (12, 0.5))]
+    t = timeline(workers=[worker(pid=10)], samples=samples)
+    counters = [e for e in to_chrome(t)["traceEvents"] if e["ph"] == "C"]
+    names = {e["name"] for e in counters}
+    assert any("12" in n for n in names), names
+    assert not any("11" in n for n in names), names

@@ -15,7 +15,7 @@ from typing import Any
 from ..timeline import Job, Span, Timeline
 from ..units import json_safe
 from .attribution import NOT_FAILED, Attribution, attribute
-from .counters import counter_groups, counter_name, group_values
+from .counters import counter_groups, counter_metrics, counter_name, group_values
 from .deaths import is_cut_short
 
 
@@ -223,6 +223,8 @@ def _counters(t: Timeline, origin: int, pid_of: Callable[[str, int], int]) -> li
         events.append({"ph": "M", "name": "process_name", "pid": p, "tid": 0,
                        "args": {"name": f"host {h or 'localhost'}"}})
     for g in (*workers, *machines):
+        if g.scope == "thread" and not counter_metrics(g):
+            continue  # a thread whose CPU never moved (a pool's parked one): no tracks of 0s
         # A worker's tree without a root pid (its hello never came, or was refused) sits on
         # the worker's process 0, not on a host's.
         p = host_pid[g.host] if g in machines else pid_of(g.worker, g.pid or 0)
