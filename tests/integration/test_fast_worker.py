@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from workerscope import Subscriber, profiled
 from workerscope.worker import link as launcher
 
@@ -10,6 +12,7 @@ def tiny(i: int) -> int:
     return i
 
 
+@pytest.mark.timeout(600)  # 20,000 jobs through a sidecar, on a machine two busy loops load
 def test_twenty_thousand_tiny_heavy_jobs_all_arrive(clean_env):
     """20,000 heavy jobs back to back: every one starts and ends at the driver, none refused
     as too many open (3,497 of 20,000 were lost: the sidecar handled starts before the ends
