@@ -343,6 +343,11 @@ class Sidecar:
             # Keep the grid of a previous job if it is still ahead: back-to-back jobs shorter
             # than the interval would otherwise restart it each time and never see a tick.
             self.deadlines.set("tick", time.monotonic_ns() + self.interval_ns)
+        # The rings are drained every DRAIN_NS while a job runs; with none open the next
+        # drain was set a heartbeat away, and the first job's spans waited for it.
+        soon = time.monotonic_ns() + DRAIN_NS
+        if self.deadlines.at("drain") > soon:
+            self.deadlines.set("drain", soon)
 
     def drain_rings(self, final: bool = False, now: int | None = None) -> None:
         """Send what the span rings hold as spans/mark frames, each to its job. The counters
