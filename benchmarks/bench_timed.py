@@ -43,7 +43,7 @@ N = 200_000
 REPEATS = 5
 NAME = "x"
 # Room in the ring for every span of a repeat, so none is overwritten before it is read.
-os.environ["WORKERSCOPE_RING_RECORDS"] = str(1 << (2 * N - 1).bit_length())  # span_cpu: 2 a span
+os.environ["WORKERSCOPE_RING_RECORDS"] = str(1 << (N - 1).bit_length())
 
 
 def noop() -> None:

@@ -638,14 +638,21 @@ def _in_range(t: Timeline, offsets: dict[str, int]) -> dict[str, int]:
         return wanted
     lo: dict[str, int] = {}
     hi: dict[str, int] = {}
-    times: list[tuple[str, int]] = [(s.worker, s.t_ns) for s in t.samples]
-    times += [(m.worker, m.t_ns) for m in t.marks]
-    times += [(s.worker, x) for s in t.spans for x in (s.start_ns, s.end_ns)]
-    times += [(j.worker, x) for j in t.jobs for x in (j.start_ns, j.end_ns or j.start_ns)]
-    for wid, x in times:
+
+    def see(wid: str, first: int, last: int) -> None:
         if wid in wanted:
-            lo[wid] = min(lo.get(wid, x), x)
-            hi[wid] = max(hi.get(wid, x), x)
+            lo[wid] = min(lo.get(wid, first), first)
+            hi[wid] = max(hi.get(wid, last), last)
+
+    for smp in t.samples:  # one pass each, nothing held: a record may hold millions
+        see(smp.worker, smp.t_ns, smp.t_ns)
+    for m in t.marks:
+        see(m.worker, m.t_ns, m.t_ns)
+    for s in t.spans:
+        see(s.worker, min(s.start_ns, s.end_ns), max(s.start_ns, s.end_ns))
+    for j in t.jobs:
+        end = j.start_ns if j.end_ns is None else j.end_ns
+        see(j.worker, min(j.start_ns, end), max(j.start_ns, end))
     for wid in [w for w in lo if lo[w] - wanted[w] < -_INT64 or hi[w] - wanted[w] >= _INT64]:
         off = wanted.pop(wid)
         if wid in t.workers:

@@ -134,7 +134,8 @@ class Config:
         "seconds a sidecar waits for the driver to acknowledge its last frame before it exits")
     ring_records: int = _setting(
         65_536, Scope.LINK, _count(1 << 24),
-        "span records each worker process's ring holds for the sidecar (48 bytes each); a ring "
+        "span records each worker process's ring holds for the sidecar (48 bytes each, twice "
+        "that with span_cpu); a ring "
         "that fills counts what it overwrote in spans_lost")
     samples_per_frame: int = _setting(
         1, Scope.LINK, _count(10_000),

@@ -393,7 +393,8 @@ class RingReader:
             elif 0 < end < ERR_BIT and seq not in extras:  # ended, no error, no extras
                 name, attrs = names.get(what & LOW32) or _UNNAMED
                 append(new(record, (protocol.RECORD_SPAN, job, sid, parent, name, start,
-                                    end if end > start else start, tid, attrs, None, False)))
+                                    end if end > start else start, tid, attrs, None, False,
+                                    None)))
                 continue
             else:  # (F_CPU: its end comes as an F_END record, which it is kept open for)
                 opened[seq] = [protocol.RECORD_SPAN, job, sid, parent, what & LOW32, start, tid,

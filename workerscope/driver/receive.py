@@ -201,10 +201,15 @@ class Receiver:
             ended = self._live.note(frame, time.monotonic())
         after = self._folded.get(kind)
         # A job_end ends a job only if one was open: else wait(jobs=N) would count ends of
-        # jobs never started (a forged frame, or one sent twice).
-        if after is not None and (kind != protocol.JOB_END or ended):
+        # jobs never started (a forged frame, or one sent twice). Unless its start may have
+        # been lost on the way (the worker lost or dropped frames, or starts were refused).
+        if after is not None and (kind != protocol.JOB_END or ended or self._start_missing(wid)):
             after(frame)
         return True
+
+    def _start_missing(self, wid: str) -> bool:
+        st = self.state
+        return bool(st.lost.get(wid) or st.dropped.get(wid) or st.refused["open_jobs"])
 
     # -- what a frame of each kind changes once folded (under the lock) ------------------------
     def _hello(self, frame: protocol.Frame) -> None:

@@ -11,6 +11,7 @@ spawned child runs both) is harmless.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from collections.abc import Callable
 # The closers of this process, and the process they were registered in with multiprocessing.
 _closers: list[Callable[[], None]] = []
 _registered_in = 0
+log = logging.getLogger("workerscope")
 
 
 def at_exit(closer: Callable[[], None]) -> None:
@@ -47,4 +49,7 @@ def started_by_multiprocessing() -> None:
 
 def _run_closers() -> None:
     for closer in reversed(_closers):  # atexit's order: the last registered first
-        closer()
+        try:
+            closer()
+        except Exception:  # one closer's failure must not cost the others
+            log.warning("workerscope: closing at exit failed", exc_info=True)

@@ -51,7 +51,8 @@ _heavy_open: list[_HeavyJob] = []
 def _own_ring(config: Config) -> spans.Writer | None:
     """A ring for a job without a sidecar, read by the worker itself at the job's end."""
     try:
-        return spans.Writer(None, config.ring_records, config.span_cpu)
+        return spans.Writer(None, spans.ring_slots(config.ring_records, config.span_cpu),
+                            config.span_cpu)
     except OSError:
         return None
 

@@ -352,7 +352,8 @@ class LightJob:
         if self.sender is not None:
             self.sender.send(protocol.JOB_START, start)
         if self.record_spans:
-            self.ring = _own_ring(self.config.ring_records)
+            self.ring = _own_ring(recorder.ring_slots(self.config.ring_records,
+                                                      self.config.span_cpu))
         if self.ring is not None:
             self.ring.writer.span_cpu = self.config.span_cpu
             self.lost_before = self.ring.reader.lost

@@ -83,8 +83,10 @@ class SidecarLink:
             try:
                 self.rings = _private_dir(where, f"workerscope-{os.getpid()}-{_PIDNS}-")
                 if own:
-                    self.writer = spans.Writer(self.rings, self.config.ring_records,
-                                               self.config.span_cpu)
+                    self.writer = spans.Writer(
+                        self.rings, spans.ring_slots(self.config.ring_records,
+                                                     self.config.span_cpu),
+                        self.config.span_cpu)
                 return
             except OSError as err:
                 self.ring_error = f"no span ring ({err}): spans are not recorded"
@@ -274,10 +276,13 @@ class SidecarLink:
         sock = self._sock
         if sock is None or self.dead:
             raise SidecarError("the sidecar is gone")
-        self._check_ours()  # never into a descriptor the job has reused
         view = memoryview(data)
         progress = time.monotonic()
+        room: select.poll | None = None
         while True:
+            # Never into a descriptor the job has reused: checked again after each wait, as
+            # another thread of the job may close it meanwhile.
+            self._check_ours()
             try:
                 # Never blocking: the reply reader sets the socket's timeout while it waits.
                 # MSG_NOSIGNAL: a dead sidecar must not SIGPIPE a worker that restored SIG_DFL.
@@ -290,7 +295,10 @@ class SidecarLink:
             except OSError as err:
                 self.dead = True
                 raise SidecarError(f"the sidecar is gone ({err})") from err
-            select.select([], [sock], [], FROZEN_LOOK_S)
+            if room is None:  # poll, not select: a descriptor past 1023 is fine
+                room = select.poll()
+                room.register(sock, select.POLLOUT)
+            room.poll(int(FROZEN_LOOK_S * 1000))
             self._give_up_writing(time.monotonic() - progress)
 
     def _give_up_writing(self, idle: float) -> None:

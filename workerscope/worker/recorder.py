@@ -61,6 +61,12 @@ _pack_words = struct.Struct("=5q").pack_into  # a record's words after its seq
 log = logging.getLogger("workerscope")
 
 
+def ring_slots(records: int, span_cpu: bool) -> int:
+    """Ring records for the ring_records setting: with span_cpu a span takes two (its end is
+    a record of its own), so the ring holds as many spans either way."""
+    return records * 2 if span_cpu else records
+
+
 def _load_fast() -> Any:
     if process_variable("WORKERSCOPE_PURE_PYTHON") not in ("", "0"):
         return None
@@ -184,7 +190,9 @@ class Writer:
         try:
             body = spanring.encode(value)
         except Exception:  # noqa: BLE001 - attributes msgpack can't take: never the job's problem
-            body = spanring.encode({k: repr(v)[:200] for k, v in value.items()})
+            # The same shape, as text: attrs stay a map (the reader takes nothing else there).
+            body = spanring.encode({k: {"repr": repr(v)[:200]} if k == "attrs" else str(v)
+                                    for k, v in value.items()})
         with self.lock:
             q = self.q
             n = EXTRA_HEAD.size + len(body)
