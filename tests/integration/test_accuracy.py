@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 from helpers import CpuClock, burn_code, python_script, run_cli
@@ -72,13 +73,17 @@ def test_one_core_for_two_seconds(clean_env, samples):
     the burn reads the share of a core the process really got (about 100 % on an idle
     machine) within 5 points."""
     clock = CpuClock()
+    before = time.process_time()
     with monitor(interval=0.2, endpoint=samples.endpoint) as m:
         samples.wait(1)  # the job's first sample is taken: all the burning comes after it
         clock.burn(2.0)
+    spent = time.process_time() - before  # all this process's threads, the burn's and others'
     tree = [s for s in m.timeline.samples if s.scope == "tree"]
     used = (tree[-1].values["cpu_user_s"] + tree[-1].values["cpu_system_s"]) - (
         tree[0].values["cpu_user_s"] + tree[0].values["cpu_system_s"])
-    assert 1.985 <= used <= 2.15, used  # /proc counts CPU time in 10 ms ticks
+    # At least the burn, at most what the process spent in all (its other threads work more
+    # on a loaded machine); /proc counts CPU time in 10 ms ticks.
+    assert 1.985 <= used <= spent + 0.03, (used, spent)
     read, truth, ticks = clock.tree_cpu_percent(m.timeline)
     assert ticks >= 7
     assert abs(read - truth) <= 5, (read, truth)

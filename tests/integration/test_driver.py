@@ -174,9 +174,12 @@ def test_clock_offset_of_another_host_is_corrected(clean_env):
     for w in by_pid.values():
         jobs = sorted((j for j in t.jobs if j.worker == w.id), key=lambda j: j.start_ns)
         stamps = truth["skewed" if w.boot_id.endswith("-skewed") else "plain"]
+        # Within 5 ms, and the bound the driver gives its own estimate (half the best round
+        # trip, which a loaded machine lengthens).
+        tol = 5_000_000 + (offsets.get(w.id, (0, None))[1] or 0)
         for j, stamp in zip(jobs, stamps, strict=True):
-            assert j.start_ns <= stamp + 5_000_000 and stamp - j.start_ns < 5_000_000, (
-                w.boot_id, (stamp - j.start_ns) / 1e6)
+            assert j.start_ns <= stamp + tol and stamp - j.start_ns < tol, (
+                w.boot_id, (stamp - j.start_ns) / 1e6, tol / 1e6)
     skewed_w = next(w for w in by_pid.values() if w.boot_id.endswith("-skewed"))
     assert abs(offsets[skewed_w.id][0] - 250_000_000) < 5_000_000
 
