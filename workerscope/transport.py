@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import secrets
 import stat
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from .protocol import MAX_FRAME_BYTES
 __all__ = ["LINGER_MS", "MAX_FRAME_BYTES", "SEND_HWM", "Outbox", "dealer"]
 
 SEND_HWM = 10_000
+ROUTING_ID_BYTES = 16
 LINGER_MS = 2_000
 # The largest frame that goes over the network, either way (protocol's): a driver reads no
 # bigger frame (ZeroMQ drops a connection that sends one), and its memory ceiling is counted in
@@ -53,21 +55,31 @@ def not_delivered(bye_wait: str, endpoint: str, what: str) -> str | None:
 
 
 def dealer(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, send_hwm: int = SEND_HWM,
-           linger_ms: int = LINGER_MS) -> zmq.Socket[bytes]:
+           linger_ms: int = LINGER_MS, routing_id: bytes | None = None) -> zmq.Socket[bytes]:
     """A DEALER connected to a driver's endpoint, with the CURVE keys the endpoint carries.
-    zmq.ZMQError if it cannot be made (and then no socket is left open)."""
+    zmq.ZMQError if it cannot be made (and then no socket is left open).
+
+    Its routing id is random (ROUTING_ID_BYTES, never starting with a zero byte, which
+    ZeroMQ keeps for its own) unless given: the driver binds a worker to the routing id that
+    first spoke for it, and this socket presents the same one when it reconnects, so the
+    worker's own sidecar speaks on after a network drop and nobody else can take its place
+    (it is sent encrypted, under CURVE)."""
     try:
         address, keys = split_endpoint(endpoint)
     except ConfigError as err:
         raise zmq.ZMQError(zmq.EINVAL, str(err)) from err
-    if address.startswith("ipc://"):
-        _check_ipc_owner(address[len("ipc://"):])
+    shared = address.startswith("ipc://") and _check_ipc_path(address[len("ipc://"):])
     sock = ctx.socket(zmq.DEALER)
     try:
         # Options first: a connection takes the socket's options as they are at connect().
+        if shared:
+            # Once the driver's socket is gone, another user may bind the path: ZeroMQ would
+            # reconnect to theirs on its own.
+            sock.setsockopt(zmq.RECONNECT_IVL, -1)
         sock.setsockopt(zmq.SNDHWM, send_hwm)
         sock.setsockopt(zmq.LINGER, linger_ms)
         sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)
+        sock.setsockopt(zmq.ROUTING_ID, routing_id or new_routing_id())
         if keys is not None:
             server_public, secret = (z85.encode(k) for k in keys)
             sock.setsockopt(zmq.CURVE_SERVERKEY, server_public)
@@ -80,18 +92,37 @@ def dealer(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, send_hwm: int = S
     return sock
 
 
-def _check_ipc_owner(path: str) -> None:
-    """Refuse an ipc path that another user's socket holds: in a folder every user may write
-    to (as /tmp is), whoever binds a path first receives what connects to it. A socket of
-    this user's or root's, or no socket yet, is connected to as before (zmq.ZMQError else)."""
+def new_routing_id() -> bytes:
+    """A socket's routing id: ROUTING_ID_BYTES random bytes, the first never zero."""
+    return bytes([1 + secrets.randbelow(255)]) + secrets.token_bytes(ROUTING_ID_BYTES - 1)
+
+
+def _check_ipc_path(path: str) -> bool:
+    """Refuse an ipc path another user could be listening on, and say whether its folder is
+    shared (other users may write to it, as to /tmp). In a shared folder whoever binds a path
+    first receives what connects to it: there, the socket must be there already and be this
+    user's or root's; in a folder of one's own, a socket of another user is refused too, and a
+    path with none yet waits for its driver as before. zmq.ZMQError (EACCES) if refused."""
+    try:
+        folder = os.stat(os.path.dirname(os.path.abspath(path)))
+        shared = bool(folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+    except OSError:
+        shared = False  # no folder: nobody binds there before it is made
     try:
         st = os.stat(path)
     except OSError:
-        return  # not there yet: the driver's own, when it binds (a private folder is safer)
+        if shared:
+            raise zmq.ZMQError(errno.EACCES, f"ipc://{path}: no driver's socket there yet, in a "
+                                           "folder other users may write to: whoever binds it "
+                                           "first would receive the frames; nothing is sent "
+                                           "(start the driver first, or use a path in a folder "
+                                           "of your own)") from None
+        return False
     if st.st_uid not in (os.getuid(), 0) or not stat.S_ISSOCK(st.st_mode):
         raise zmq.ZMQError(errno.EACCES, f"ipc://{path} is owned by uid {st.st_uid}, not this "
                                        "user: another user may be listening there; nothing is "
                                        "sent to it (use a path in a folder of your own)")
+    return shared
 
 
 # Connection events that tell whether a driver listens: a handshake done, or a connection

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,75 @@ def test_a_socket_another_user_bound_first_gets_no_frames(clean_env, caplog, mod
         return
     said = [r.getMessage() for r in caplog.records if "owned by uid" in r.getMessage()]
     assert len(said) == 1 and str(OTHER_UID) in said[0], [r.getMessage() for r in caplog.records]
+
+
+def _shared_folder() -> Path:
+    """A folder under /tmp every user may write to (pytest's tmp_path is private)."""
+    folder = Path(tempfile.mkdtemp(prefix="workerscope-shared-", dir="/tmp"))
+    folder.chmod(0o1777)
+    return folder
+
+
+def test_a_socket_another_user_binds_after_the_driver_left_gets_no_frames(clean_env):
+    """The worker connected to its driver's socket; the driver closes (its socket goes), and
+    another user binds the same path: ZeroMQ would reconnect there on its own. A sender in a
+    folder others may write to never reconnects, so the other user receives nothing."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the other local user's process (setuid)")
+    import zmq
+
+    from workerscope import Subscriber, protocol
+    from workerscope.transport import dealer
+
+    folder = _shared_folder()
+    path = folder / "driver.ipc"
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    attacker = None
+    try:
+        with Subscriber(f"ipc://{path}") as sub:
+            sock = dealer(ctx, sub.endpoint)
+            sock.send(protocol.encode_frame("hello", "h:1:2", 0, {"host": "h", "pid": 1}))
+            deadline = time.monotonic() + 30
+            while "h:1:2" not in sub.received and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert "h:1:2" in sub.received
+        assert not path.exists()
+        attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, str(path)],
+                                    stdout=subprocess.PIPE, text=True)
+        assert attacker.stdout is not None and attacker.stdout.readline().strip() == "bound"
+        for seq in range(1, 6):
+            try:
+                sock.send(protocol.encode_frame("heartbeat", "h:1:2", seq, {}), zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+        sock.close(linger=2000)
+        out, _ = attacker.communicate(timeout=60)
+    finally:
+        if attacker is not None and attacker.poll() is None:
+            attacker.kill()
+            attacker.wait()
+        ctx.destroy(linger=0)
+        shutil.rmtree(folder, ignore_errors=True)
+    assert out.strip() == "0", "the other user's socket received the worker's frames"
+
+
+def test_no_socket_yet_in_a_shared_folder_is_refused(clean_env):
+    """A path with no socket yet, in a folder others may write to: whoever binds it first would
+    receive the frames, so the sender refuses it, saying why."""
+    import zmq
+
+    from workerscope.transport import dealer
+
+    folder = _shared_folder()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        with pytest.raises(zmq.ZMQError, match="other users may write"):
+            dealer(ctx, f"ipc://{folder}/driver.ipc")
+        private = Path(tempfile.mkdtemp(prefix="workerscope-private-", dir="/tmp"))
+        try:  # in a folder of one's own, a driver may come later: the frames wait for it
+            dealer(ctx, f"ipc://{private}/driver.ipc").close(linger=0)
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+    finally:
+        ctx.destroy(linger=0)
+        shutil.rmtree(folder, ignore_errors=True)

@@ -12,9 +12,13 @@ to fit max_connections).
 A frame says which worker sent it; a connection may speak for one worker only, the first it
 spoke for. ZeroMQ tells which connection a message came from (its routing id, and the
 descriptor under it, ZMQ_SRCFD), so a frame from that connection under another worker's id is
-refused, and so is a second connection claiming a worker that a live one holds. A worker whose
-connection is gone (its sidecar reconnected after a network drop, or a driver restarted) is
-free to be claimed again, as is one silent for stale_after.
+refused, and so is a second connection claiming a worker that a live one holds, however long
+that worker has been silent (a key holder would wait for a sidecar stopped in a debugger and
+write its timeline). Each sender's routing id is a random secret of its socket
+(transport.dealer), which it presents again when it reconnects: the ROUTER hands the id over
+(ZMQ_ROUTER_HANDOVER) from a connection a network drop left half open to the new one, and the
+worker's binding follows. A worker whose connection is gone (a driver restarted) is free to
+be claimed again.
 """
 
 from __future__ import annotations
@@ -216,15 +220,17 @@ class Connections:
             log.warning("%s", message)
 
     # -- who speaks for whom -----------------------------------------------------------------
-    def speaks_for(self, routing_id: bytes, fd: int, worker: str, owner_silent: bool) -> bool:
+    def speaks_for(self, routing_id: bytes, fd: int, worker: str) -> bool:
         """Whether a frame from this connection may speak for `worker`; binds a connection's
-        first worker. owner_silent: the worker's current connection has said nothing for
-        stale_after."""
+        first worker."""
         peer = self.peers.get(routing_id)
         if peer is not None:
+            if peer.fd != fd and peer.worker == worker:  # the same socket, reconnected
+                peer.fd = fd
+                self.spoken.add(fd)
             return peer.worker == worker
         holder = self.owner.get(worker)
-        if holder is not None and holder in self.peers and not owner_silent:
+        if holder is not None and holder in self.peers:
             self.forget_ended()  # its connection may have ended just now
             if holder in self.peers:
                 return False

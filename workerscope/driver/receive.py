@@ -127,8 +127,7 @@ class Receiver:
                 self._refuse("workers", f"a worker past max_workers={self._limits.max_workers}")
                 return
             now = time.monotonic()
-            silent = now - st.last_seen.get(wid, 0.0) > self._limits.stale_after
-            if not conns.speaks_for(identity, _srcfd(ident), wid, silent):
+            if not conns.speaks_for(identity, _srcfd(ident), wid):
                 self._refuse("identity", f"a frame for {wid!r:.100} from a connection that "
                                          "speaks for another worker")
                 return

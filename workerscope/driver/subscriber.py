@@ -248,6 +248,9 @@ class Subscriber:
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
+        # A sender that reconnects presents its routing id again: the new connection takes it
+        # over from one a network drop left half open (connections.py).
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
         # Bounded: past this many frames waiting on a connection, ZeroMQ stops reading it, the
         # sidecar's queue fills, and it drops and counts rather than block its worker.
         sock.setsockopt(zmq.RCVHWM, self.receive_queue)
