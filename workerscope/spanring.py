@@ -49,15 +49,22 @@ from . import procfs, protocol
 from .errors import ProtocolError
 
 MAGIC = int.from_bytes(b"WSCRING\x01", "little")
-VERSION = 1
+VERSION = 2  # 2: a header of 24 words, the reader's position in it (H_READ)
 
-HEADER_WORDS = 16
+HEADER_WORDS = 24
 (H_MAGIC, H_VERSION, H_CAPACITY, H_COUNTER, H_PID, H_RECORDS, H_NAMES, H_NAMES_SIZE,
  H_NAMES_HEAD, H_NAMES_DROPPED, H_EXTRAS, H_EXTRAS_SIZE, H_EXTRAS_HEAD, H_EXTRAS_TAIL,
  H_EXTRAS_DROPPED) = range(15)
 # Thread names the writer left out, past their share of the names area (THREAD_SHARE): the
 # header's spare word, so 0 in a ring of a writer that never capped them.
 H_THREADS_DROPPED = 15
+# Written by the reader only (its sidecar, after each drain's frames are sent), never by the
+# writer: the seq up to which it read the records, and how many of the spans it read begin
+# were still open then. A sidecar killed after that leaves them for the next one to count
+# (unread()): what was written past H_READ, and the ends of the H_READ_OPEN spans, were never
+# sent. Words 18-23 are spare (0).
+H_READ = 16
+H_READ_OPEN = 17
 
 RECORD_WORDS = 6
 RECORD_BYTES = RECORD_WORDS * 8
@@ -143,6 +150,30 @@ def init_header(buf: Any, capacity: int, pid: int, names: int = NAMES_BYTES,
         q[H_MAGIC] = MAGIC  # last: a reader takes a ring without it for one being made
     finally:
         q.release()
+
+
+def unread(buf: Any) -> tuple[int, int] | None:
+    """(records written past its reader's last position, spans it had read begin whose ends
+    it never read) of a ring whose reader is gone; None for a mapping that is not a span ring
+    of this layout. Words out of range (a damaged header) count every record unread."""
+    mv = memoryview(buf)
+    try:
+        if len(mv) < HEADER_WORDS * 8:
+            return None
+        q = mv[:HEADER_WORDS * 8].cast("q")
+        try:
+            if q[H_MAGIC] != MAGIC or q[H_VERSION] != VERSION:
+                return None
+            counter, read, open_ = q[H_COUNTER], q[H_READ], q[H_READ_OPEN]
+        finally:
+            q.release()
+    finally:
+        mv.release()
+    if not 0 <= counter <= SEQ_MASK:
+        return None
+    if not 0 <= read <= counter:
+        return counter, 0
+    return counter - read, open_ if 0 <= open_ <= read else 0
 
 
 def encode(obj: Any) -> bytes:
@@ -328,6 +359,13 @@ class RingReader:
         out: list[protocol.SpanRecord] = []
         self._finish(out, [], True, now_ns)
         return out
+
+    def mark_read(self) -> None:
+        """Write this reader's position into the header (H_READ, H_READ_OPEN): what it read is
+        sent by now. The reader's words only: the writer never reads or writes them."""
+        if not self.header_damaged:
+            self.q[H_READ_OPEN] = len(self.open)
+            self.q[H_READ] = self.next_seq - 1
 
     def _damage(self) -> None:
         self.lost += 1

@@ -9,6 +9,11 @@ worker's death every ring is read that way, then the directory is removed.
 A ring file is checked for its size (fstat) before each read: one truncated under the mapping
 (by another process) would kill the sidecar by SIGBUS at its first touch of a page past the
 new end. Such a ring is read no more: what it held unread is counted lost and said.
+
+After each drain's frames are sent, each ring's header gets the reader's position
+(spanring.H_READ). A sidecar killed loses what was written past it: the worker's next sidecar
+is handed the dead one's directory in its hello (dead_rings), counts those records in
+spans_lost, says so in a note, and removes the directory (count_dead).
 """
 
 from __future__ import annotations
@@ -67,16 +72,71 @@ class Batch(NamedTuple):
     threads: list[tuple[int, str]]
 
 
+# What a ring directory handed over in a hello is named (worker/link.py makes them).
+DEAD_DIR_PREFIX = "workerscope-"
+
+
+def count_dead(dead: object) -> tuple[int, list[str]]:
+    """The span records the dead sidecars' rings hold unread (their readers' positions are in
+    the headers), and a note for each ring that held some; each directory then removed.
+    dead: the hello's dead_rings, [[directory, dead sidecar's pid], ...] (malformed entries
+    are skipped)."""
+    lost, notes = 0, []
+    for entry in dead if isinstance(dead, list) else []:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+                and isinstance(entry[1], int)
+                and os.path.basename(entry[0]).startswith(DEAD_DIR_PREFIX)):
+            continue
+        where, sidecar = entry
+        try:
+            names = sorted(os.listdir(where))
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".ring") and name[:-5].isdigit():
+                found = _unread_in(os.path.join(where, name))
+                if found is None:
+                    continue
+                records, ends = found
+                lost += records
+                if records or ends:
+                    notes.append(
+                        f"a sidecar (pid {sidecar}) died before it read {records} span record(s) "
+                        f"of pid {name[:-5]} (spans_lost counts them)"
+                        + (f", and {ends} span(s) it saw begin never ended in what it sent"
+                           if ends else "")
+                        + ": they are lost")
+        shutil.rmtree(where, ignore_errors=True)
+    return lost, notes
+
+
+def _unread_in(path: str) -> tuple[int, int] | None:
+    """spanring.unread() of the ring file at `path`, its header only mapped (and only if the
+    file holds one: a page past a file's end is a SIGBUS)."""
+    size = spanring.HEADER_WORDS * 8
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_size < size:
+                return None
+            mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
+    try:
+        return spanring.unread(mm)
+    finally:
+        mm.close()
+
+
 class Rings:
-    def __init__(self, directory: str, worker_pid: int) -> None:
+    def __init__(self, directory: str, worker_pid: int, dead: object = None) -> None:
         self.dir = directory
         self.worker = worker_pid
         self.jobs = spanring.Jobs()
         self.rings: dict[tuple[int, int], _Ring] = {}  # (pid, inode) -> ring
         self._index = 1  # the worker's own ring is 0: its span ids match the worker's own reads
-        self._retired_lost = 0
-        self._retired_unread = 0  # of which damaged or abandoned, not a full ring's
-        self._retired_notes: list[str] = []  # what retired rings had to say
         self._lost_said = 0
         self._broken: set[tuple[int, int]] = set()
         self._noted: set[str] = set()
@@ -84,6 +144,11 @@ class Rings:
         self._mtime = -1  # the directory's mtime at the last listing
         self._listed = 0  # when it was listed (monotonic ns), and on the wall clock
         self._listed_wall = 0
+        # What retired rings lost, and had to say; from the start, what the rings of the
+        # worker's dead sidecars held unread.
+        self._retired_lost, self._retired_notes = count_dead(dead)
+        # Of which damaged, abandoned or a dead sidecar's, not a full ring's.
+        self._retired_unread = self._retired_lost
         self.scan()
 
     @property
@@ -100,7 +165,7 @@ class Rings:
     @property
     def idle(self) -> bool:
         """No ring to read and nothing to say: a drain would do nothing."""
-        return not self.rings and not self.errors
+        return not self.rings and not self.errors and self.lost == self._lost_said
 
     def _listing_due(self) -> bool:
         """Whether the directory may hold a ring not listed yet: its mtime moved, or the last
@@ -195,6 +260,9 @@ class Rings:
             threads = [list(t) for t in batch.threads]
             for kind, body, job in protocol.span_bodies(batch.pid, batch.records, threads):
                 yield kind, dict(body), EVERY_JOB if job is None and not body["records"] else job
+        for ring in self.rings.values():
+            if ring.whole():  # sent by now: a sidecar after this one counts only what follows
+                ring.reader.mark_read()
         notes = self.notes()
         if notes or self.lost != self._lost_said:
             self._lost_said = self.lost

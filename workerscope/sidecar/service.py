@@ -29,7 +29,7 @@ from .deadlines import Cadences, Deadlines, cadences
 from .death import DeathWatch
 from .gpu import GpuSampler
 from .host import HostSampler
-from .rings import EVERY_JOB, Rings
+from .rings import EVERY_JOB, Rings, count_dead
 from .selfcost import SelfCost
 from .tree import ProcessTree
 
@@ -275,7 +275,10 @@ class Sidecar:
         if body.get("ring_error"):
             self.errors.append(str(body["ring_error"]))
         if body.get("rings"):
-            self.rings = Rings(str(body["rings"]), int(body.get("pid") or self.target))
+            self.rings = Rings(str(body["rings"]), int(body.get("pid") or self.target),
+                               body.get("dead_rings"))
+        elif body.get("dead_rings"):  # no ring of its own: what they held unread goes in errors
+            self.errors.extend(count_dead(body["dead_rings"])[1])
         self.own_net_ns = net_namespace(os.getpid())
         self.find_net_scope()
         host = socket.gethostname()

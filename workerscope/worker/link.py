@@ -7,6 +7,8 @@ status is "sidecar_lost" and run the job on, unmonitored.
 Each link has a private directory (0700, under /dev/shm when there is one) for the span rings
 of this process and of the processes it forks (recorder.py); the hello names it, the sidecar
 reads the rings there and removes the directory when it exits. The pipe carries control only.
+A sidecar that died (SIGKILL) leaves its directory: the next link's hello hands it to the new
+sidecar (dead_rings), which counts what the dead one had not read and removes it.
 """
 
 from __future__ import annotations
@@ -43,8 +45,12 @@ FROZEN_S = 2.0
 
 
 class SidecarLink:
-    def __init__(self, config: Config, target_pid: int | None = None) -> None:
+    def __init__(self, config: Config, target_pid: int | None = None,
+                 dead_rings: list[list[Any]] | None = None) -> None:
         self.config = config
+        # [[directory, pid], ...]: ring directories of this process's sidecars that died, for
+        # this one's hello; removed here if it never takes them.
+        self.dead_rings = list(dead_rings or [])
         self.target_pid = os.getpid() if target_pid is None else target_pid
         self.worker_id = ""
         self.proc: subprocess.Popen[bytes] | None = None
@@ -101,6 +107,9 @@ class SidecarLink:
         if self.rings is not None:
             shutil.rmtree(self.rings, ignore_errors=True)
             self.rings = None
+        for where, _ in self.dead_rings:
+            shutil.rmtree(where, ignore_errors=True)
+        self.dead_rings = []
 
     def spawn(self, serve: Callable[[socket.socket], object] | None = None) -> None:
         """Start the sidecar process; `handshake` then names its target and waits for it.
@@ -141,17 +150,20 @@ class SidecarLink:
             self._write(protocol.encode_pipe(protocol.HELLO, {
                 "pid": os.getpid(), "anchor": protocol.clock_anchor(), "target": self.target_pid,
                 "config": to_dict(self.config), "rings": self.rings,
-                "ring_error": self.ring_error,
+                "ring_error": self.ring_error, "dead_rings": self.dead_rings,
             }))
             ready = self._wait_for(protocol.READY, START_TIMEOUT)
         except SidecarError:
             self.close(wait=False)
             raise
+        self.dead_rings = []  # the sidecar's now (it read them at its hello, then removed them)
         self.worker_id = ready["worker"]
 
-    def close(self, wait: bool = False) -> None:
+    def close(self, wait: bool = False, hand_over: bool = False) -> list[list[Any]]:
         """Tell the sidecar this worker is done; it then reads the rings a last time, says bye
-        to the driver and exits."""
+        to the driver and exits. hand_over: where the sidecar is gone, leave its ring
+        directory (and those it was to take) for the next one, and return them as its
+        dead_rings: what it had not read is counted there, not lost unsaid."""
         if self._sock is not None:
             try:
                 if not self.dead:
@@ -175,9 +187,16 @@ class SidecarLink:
                 self.proc.wait()
         if wait and self.thread is not None:
             self.thread.join(timeout=self.config.bye_timeout + 10)
+        left: list[list[Any]] = []
         if not self._sidecar_running():
-            self.remove_rings()  # the sidecar is gone (or never came): nobody else will
+            # The sidecar is gone (or never came): nobody else will remove its rings, unless
+            # they are handed to the next one.
+            if hand_over and self.proc is not None and self.rings is not None:
+                left = [*self.dead_rings, [self.rings, self.proc.pid]]
+                self.rings, self.dead_rings = None, []
+            self.remove_rings()
         self.dead = True
+        return left
 
     def _stopped(self) -> bool:
         """Whether the sidecar process is stopped now (state T or t: SIGSTOP, a debugger)."""
@@ -428,12 +447,13 @@ def get_link(config: Config) -> SidecarLink:
         link = _links.get(link_key(config))
         if link is not None and link.alive:
             return link
+        dead: list[list[Any]] = []
         if link is not None:
-            link.close()
+            dead = link.close(hand_over=True)  # a dead sidecar's unread spans: the next one's
             if link._sidecar_running():
                 _retired.append(link)
         started_by_multiprocessing()  # a fork child's os._exit runs no atexit handler
-        link = SidecarLink(config)
+        link = SidecarLink(config, dead_rings=dead)
         _links[link_key(config)] = link
         link.start()
         return link
@@ -467,6 +487,7 @@ def _forget_after_fork() -> None:
         # Its ring and directory belong to the parent (recorder.py gives the child its own).
         link.writer = None
         link.rings = None
+        link.dead_rings = []
     _links.clear()
     _retired.clear()
     _links_lock = threading.Lock()
