@@ -302,23 +302,30 @@ class SidecarLink:
             # Never into a descriptor the job has reused: checked again after each wait, as
             # another thread of the job may close it meanwhile.
             self._check_ours()
-            try:
-                # Never blocking: the reply reader sets the socket's timeout while it waits.
-                # MSG_NOSIGNAL: a dead sidecar must not SIGPIPE a worker that restored SIG_DFL.
-                view = view[sock.send(view, socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT):]
+            sent = self._send_some(sock, view)
+            if sent:
+                view = view[sent:]
                 if not view:
                     return
                 progress = time.monotonic()
-            except (BlockingIOError, TimeoutError):
-                pass
-            except OSError as err:
-                self.dead = True
-                raise SidecarError(f"the sidecar is gone ({err})") from err
             if room is None:  # poll, not select: a descriptor past 1023 is fine
                 room = select.poll()
                 room.register(sock, select.POLLOUT)
             room.poll(int(FROZEN_LOOK_S * 1000))
             self._give_up_writing(time.monotonic() - progress)
+
+    def _send_some(self, sock: socket.socket, view: memoryview) -> int:
+        """The bytes of `view` the pipe takes now: 0 where it is full (the caller waits for
+        room). Never blocking: the reply reader sets the socket's timeout while it waits.
+        MSG_NOSIGNAL: a dead sidecar must not SIGPIPE a worker that restored SIG_DFL.
+        SidecarError where the sidecar is gone."""
+        try:
+            return sock.send(view, socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT)
+        except (BlockingIOError, TimeoutError):
+            return 0
+        except OSError as err:
+            self.dead = True
+            raise SidecarError(f"the sidecar is gone ({err})") from err
 
     def _give_up_writing(self, idle: float) -> None:
         """Raise SidecarError (the link done: part of a message may be in the pipe) where the
