@@ -60,7 +60,6 @@ class ReceiveState:
         self.dropped: dict[str, int] = {}  # frames each sidecar could not queue (it says so)
         self.refused = {"identity": 0, "workers": 0, "kept": 0, "open_jobs": 0}
         self.retired = 0  # workers let go of past max_workers (forget)
-        self.retired_byes = 0  # of those, the ones that had said bye: wait(byes=) counts them
         self.not_kept: dict[str, int] = {}
         self.bad_frames = 0
         self.callback_errors = 0
@@ -85,9 +84,6 @@ class ReceiveState:
         facts are written first: with its frames, the record keeps all of it, and
         timeline() reads it from there."""
         self.write_facts()
-        w = self.builder.t.workers.get(wid)
-        if w is not None and w.status != Status.RUNNING:
-            self.retired_byes += 1
         for store in (self.lost, self.received, self.dropped, self.not_kept, self.next_seq,
                       self.last_seen, self.last_wall, self.gone_wall):
             store.pop(wid, None)
@@ -136,8 +132,7 @@ class ReceiveState:
             ok = jobs is None or self.jobs_ended >= jobs
             ok = ok and (started is None or self.jobs_started >= started)
             if byes is not None:
-                said_bye = self.retired_byes + sum(w.status != Status.RUNNING
-                                                   for w in self.builder.t.workers.values())
+                said_bye = sum(w.status != Status.RUNNING for w in self.builder.t.workers.values())
                 ok = ok and said_bye >= byes
             return ok
 
