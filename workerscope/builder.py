@@ -375,20 +375,6 @@ class TimelineBuilder:
             protocol.BYE: self._on_bye,
         }
 
-    def forget(self, wid: str) -> None:
-        """Let go of one worker (a driver's live state making room past max_workers: the
-        record keeps its frames). Its boot's shared clock anchor goes with the last worker
-        of that boot."""
-        w = self.t.workers.pop(wid, None)
-        self._anchor.pop(wid, None)
-        self._roots.pop(wid, None)
-        self.last_sample.pop(wid, None)
-        for key in [k for k in self._open_jobs if k[0] == wid]:
-            del self._open_jobs[key]
-        boot = None if w is None else w.boot_id
-        if boot and not any(o.boot_id == boot for o in self.t.workers.values()):
-            self._boot_anchor.pop(boot, None)
-
     def worker(self, wid: str) -> Worker:
         w = self.t.workers.get(wid)
         if w is None:

@@ -221,11 +221,6 @@ class NoteBudget:
         self.total = self.left = total
         self._kept: dict[str, _Kept] = {}
 
-    def forget(self, wid: str) -> None:
-        """Let go of one worker's kept notes (those written stay in the record; what they
-        took of the total stays spent)."""
-        self._kept.pop(wid, None)
-
     def keep(self, wid: str, notes: list[str]) -> list[str]:
         """The kept part of a worker's notes (the budget's own list: copy it to keep it)."""
         k = self._kept.get(wid)
@@ -580,8 +575,7 @@ def is_record(path: str | os.PathLike[str]) -> bool:
 def read_record(path: str | os.PathLike[str], limit: int | None = None,
                 facts: Facts | None = None, max_sample_bytes: int | None = None) -> Timeline:
     """The Timeline of a record: its frames folded in order, then the driver's facts (its
-    facts entries merged, and `facts` over them when given: a live driver's, newer than any
-    in the file).
+    last facts entry, or `facts` when given: a live driver's, newer than any in the file).
     Frames that do not fold are skipped and counted in their worker's notes.
     max_sample_bytes: past that much memory of samples (estimated: builder.sample_bytes),
     every series is folded into time bins of one width (builder.SampleBins: cumulative
@@ -614,11 +608,7 @@ def read_record(path: str | os.PathLike[str], limit: int | None = None,
     if not entries and reader.damaged:
         raise FileFormatError(f"{reader.path!r} holds no readable entry: the {reader.skipped:,} "
                               "bytes after its header are damaged (or a hole)")
-    if facts is not None:
-        # A live driver's facts are newer for the workers it knows; those it let go of past
-        # max_workers are known from the file alone.
-        written.merge(facts)
-    t = _apply(builder, written, live=facts is not None)
+    t = _apply(builder, facts or written, live=facts is not None)
     notes = [f"{unreadable} entr(ies) of the record could not be read"] if unreadable else []
     if reader.damaged:
         notes.append(f"{reader.damaged} damaged part(s) of the record {reader.path!r} "

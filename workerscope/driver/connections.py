@@ -241,14 +241,6 @@ class Connections:
         self.owner[worker] = routing_id
         return True
 
-    def holds(self, worker: str) -> bool:
-        """Whether a connection that has not ended speaks for this worker."""
-        holder = self.owner.get(worker)
-        return holder is not None and holder in self.peers
-
-    def let_go(self, worker: str) -> None:
-        self.owner.pop(worker, None)
-
     def fd_of(self, worker: str) -> int:
         holder = self.owner.get(worker)
         peer = self.peers.get(holder) if holder is not None else None

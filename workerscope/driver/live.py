@@ -43,9 +43,6 @@ class LiveState:
         self.workers: dict[str, WorkerLive] = {}
         self.job_seconds: deque[float] = deque(maxlen=keep_jobs)
 
-    def forget(self, wid: str) -> None:
-        self.workers.pop(wid, None)
-
     def note(self, frame: protocol.Frame, now: float) -> bool:
         """Fold in one frame that the TimelineBuilder has already checked, received at `now`
         (monotonic seconds). True for a job_end that ended a job open here (not one of a job

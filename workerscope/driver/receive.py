@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import math
-import operator
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +24,6 @@ import zmq
 
 from .. import protocol
 from ..errors import ProtocolError
-from ..protocol import Status
 from . import late
 from .connections import Connections
 from .frames import FrameFanout
@@ -38,7 +36,6 @@ POLL_MS = 100
 BATCH = 256  # frames taken per round before the held frames get their turn
 MAX_OPEN_JOBS = 10_000  # per worker
 MAX_WORKER_ID = 512  # characters
-RETIRE_EVERY_S = 0.1  # past max_workers, how often to look for a worker gone (_make_room)
 FACTS_S = 1.0  # the driver's facts go to the record this often
 LIVE_EVERY = 0.2  # seconds: how often the live view takes a worker's sample
 _KEPT_KINDS = frozenset({protocol.SAMPLE, protocol.SPANS, protocol.MARK, protocol.JOB_START,
@@ -64,7 +61,6 @@ class Receiver:
         limits = state.limits
         self._max_kept = math.inf if limits.max_kept_bytes is None else limits.max_kept_bytes
         self._live_read: dict[str, float] = {}  # worker -> when the live view last read its sample
-        self._room_looked_at = -math.inf  # when _make_room last looked for a worker gone
         # What folding a frame of each kind changes besides the builder and the live state.
         self._folded: dict[str, Callable[[protocol.Frame], None]] = {
             protocol.HELLO: self._hello, protocol.JOB_START: self._job_start,
@@ -127,11 +123,10 @@ class Receiver:
             return
         st = self.state
         with st.cond:
-            now = time.monotonic()
-            if (wid not in st.received and len(st.received) >= self._limits.max_workers
-                    and not self._make_room(conns, now)):
+            if wid not in st.received and len(st.received) >= self._limits.max_workers:
                 self._refuse("workers", f"a worker past max_workers={self._limits.max_workers}")
                 return
+            now = time.monotonic()
             if not conns.speaks_for(identity, _srcfd(ident), wid):
                 self._refuse("identity", f"a frame for {wid!r:.100} from a connection that "
                                          "speaks for another worker")
@@ -151,29 +146,6 @@ class Receiver:
         if folded:
             self._deliver(frame)
         self._release([*overflow, (wid, held)])
-
-    def _make_room(self, conns: Connections, now: float) -> bool:
-        """Past max_workers: let go of the worker silent longest whose connection has ended
-        and that said bye or has been silent for stale_after (its frames are in the record),
-        so that workers gone cannot lock new ones out. Looked for every RETIRE_EVERY_S at
-        most: a flood of new ids costs one scan a tenth of a second, not one a frame."""
-        if now < self._room_looked_at + RETIRE_EVERY_S:
-            return False
-        self._room_looked_at = now
-        st = self.state
-        conns.forget_ended()
-        workers = st.builder.t.workers
-        for wid, seen in sorted(st.last_seen.items(), key=operator.itemgetter(1)):
-            w = workers.get(wid)
-            said_bye = w is not None and w.status != Status.RUNNING
-            if conns.holds(wid) or not (said_bye or now - seen > self._limits.stale_after):
-                continue
-            st.forget(wid)
-            conns.let_go(wid)
-            self._live_read.pop(wid, None)
-            self._room_looked_at = -math.inf  # room may be made again at once
-            return True
-        return False
 
     def _decode(self, data: bytes) -> protocol.Frame:
         """The frame, its body decoded only if someone reads it now. A sample's body is

@@ -59,7 +59,6 @@ class ReceiveState:
         self.received: dict[str, int] = {}
         self.dropped: dict[str, int] = {}  # frames each sidecar could not queue (it says so)
         self.refused = {"identity": 0, "workers": 0, "kept": 0, "open_jobs": 0}
-        self.retired = 0  # workers let go of past max_workers (forget)
         self.not_kept: dict[str, int] = {}
         self.bad_frames = 0
         self.callback_errors = 0
@@ -77,23 +76,6 @@ class ReceiveState:
         self.notes = NoteBudget()  # what of each worker's notes the facts carry
         self._written = Facts()  # the facts as the record has them, so far
         self._written_to: RecordWriter | None = None  # the record they were written to
-
-    def forget(self, wid: str) -> None:
-        """Let go of a worker whose connection has ended and that said bye or went silent,
-        to make room for a new one past max_workers (the receive thread, under `cond`). Its
-        facts are written first: with its frames, the record keeps all of it, and
-        timeline() reads it from there."""
-        self.write_facts()
-        for store in (self.lost, self.received, self.dropped, self.not_kept, self.next_seq,
-                      self.last_seen, self.last_wall, self.gone_wall):
-            store.pop(wid, None)
-        self.anchored.discard(wid)
-        self.introduced.discard(wid)
-        self.notes.forget(wid)
-        self.builder.forget(wid)
-        self.live.forget(wid)
-        self.replies.forget(wid)
-        self.retired += 1
 
     # -- reads, from any thread --------------------------------------------------------------
     def copy_lost(self) -> dict[str, int]:

@@ -220,14 +220,6 @@ class Subscriber:
         return self._fanout.dropped
 
     @property
-    def retired(self) -> int:
-        """Workers let go of to make room past max_workers: each had said bye or been silent
-        for stale_after, and its connection had ended. timeline() has them still (from the
-        record); the live views, received, lost and states() no longer."""
-        with self._state.cond:
-            return self._state.retired
-
-    @property
     def refused(self) -> dict[str, int]:
         """What was refused, by reason: connections past the ceiling, failed handshakes
         (no key or a wrong one), frames for a worker their connection does not speak for,
