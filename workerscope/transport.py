@@ -99,13 +99,16 @@ def new_routing_id() -> bytes:
 
 def _check_ipc_path(path: str) -> bool:
     """Refuse an ipc path another user could be listening on, and say whether its folder is
-    shared (other users may write to it, as to /tmp). In a shared folder whoever binds a path
-    first receives what connects to it: there, the socket must be there already and be this
-    user's or root's; in a folder of one's own, a socket of another user is refused too, and a
-    path with none yet waits for its driver as before. zmq.ZMQError (EACCES) if refused."""
+    shared: other users may write to it (as to /tmp), or it is another user's. In a shared
+    folder whoever binds a path first receives what connects to it: there, the socket must
+    be there already and be this user's or root's; in a folder of one's own, a socket of
+    another user is refused too, and a path with none yet waits for its driver as before.
+    zmq.ZMQError (EACCES) if refused."""
     try:
         folder = os.stat(os.path.dirname(os.path.abspath(path)))
-        shared = bool(folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+        # Shared: others may write there, or it is another user's (theirs to bind in).
+        shared = bool(folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH)) or folder.st_uid not in (
+            os.getuid(), 0)
     except OSError:
         shared = False  # no folder: nobody binds there before it is made
     try:
@@ -113,10 +116,10 @@ def _check_ipc_path(path: str) -> bool:
     except OSError:
         if shared:
             raise zmq.ZMQError(errno.EACCES, f"ipc://{path}: no driver's socket there yet, in a "
-                                           "folder other users may write to: whoever binds it "
-                                           "first would receive the frames; nothing is sent "
-                                           "(start the driver first, or use a path in a folder "
-                                           "of your own)") from None
+                                           "folder other users may write to (or own): whoever "
+                                           "binds it first would receive the frames; nothing is "
+                                           "sent (start the driver first, or use a path in a "
+                                           "folder of your own)") from None
         return False
     if st.st_uid not in (os.getuid(), 0) or not stat.S_ISSOCK(st.st_mode):
         raise zmq.ZMQError(errno.EACCES, f"ipc://{path} is owned by uid {st.st_uid}, not this "

@@ -140,3 +140,23 @@ def test_no_socket_yet_in_a_shared_folder_is_refused(clean_env):
     finally:
         ctx.destroy(linger=0)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_no_socket_yet_in_another_user_s_folder_is_refused(clean_env):
+    """A folder of another user's, even one only they may write to, is theirs to bind in."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a folder of another local user's (chown)")
+    import zmq
+
+    from workerscope.transport import dealer
+
+    folder = Path(tempfile.mkdtemp(prefix="workerscope-theirs-", dir="/tmp"))
+    folder.chmod(0o755)
+    os.chown(folder, OTHER_UID, OTHER_UID)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    try:
+        with pytest.raises(zmq.ZMQError, match="other users may write"):
+            dealer(ctx, f"ipc://{folder}/driver.ipc")
+    finally:
+        ctx.destroy(linger=0)
+        shutil.rmtree(folder, ignore_errors=True)
