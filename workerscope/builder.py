@@ -18,6 +18,13 @@ from .protocol import CUMULATIVE, Status
 from .timeline import Job, Mark, Sample, Span, Timeline, Worker, bounded_attrs
 from .units import fmt_bytes, fmt_seconds
 
+# A worker's notes from its frames (a bye may carry 1 MiB of them, and a worker may say bye
+# again and again): at most WORKER_NOTES_BYTES of them (UTF-8) a worker, NOTE_CHARS
+# characters a note, in the driver's live state as in any timeline built; past them, one
+# note says so. The record's facts keep them within the same bounds (record.NoteBudget).
+NOTE_CHARS = 1_000
+WORKER_NOTES_BYTES = 8 * 1024
+
 _INT64 = 2**63
 _SANE_NS = 100 * 365 * 86_400 * 10**9  # a century
 # Two workers of one boot whose (wall, monotonic) pairs differ by less than this share one:
@@ -363,6 +370,7 @@ class TimelineBuilder:
         self._open_jobs: dict[tuple[str, int], dict[str, Any]] = {}
         self._roots: dict[str, int] = {}
         self.last_sample: dict[str, int] = {}  # worker -> its latest sample's wall time
+        self._note_bytes: dict[str, int] = {}  # worker -> bytes of its frames' notes (-1: full)
         # Each kind of frame and what folds it in; kinds not here (heartbeats, pongs, pings,
         # acks) only count as the worker's frames.
         self._handlers: dict[protocol.FrameKind, Callable[[str, dict[str, Any]], None]] = {
@@ -493,8 +501,7 @@ class TimelineBuilder:
         else:
             self.t.samples.extend(new)
         self.t.processes.update({(wid, pid): name for pid, name in names.items()})
-        have = self.worker(wid).notes
-        have.extend(n for n in notes if n not in have)
+        self._add_notes(self.worker(wid), notes)
 
     def _on_spans(self, wid: str, b: dict[str, Any]) -> None:
         pid = int(b["pid"])
@@ -545,7 +552,7 @@ class TimelineBuilder:
         w = self.worker(wid)
         if lost is not None:
             w.spans_lost = max(w.spans_lost, lost)  # a running total: a lost frame loses nothing
-        w.notes.extend(n for n in notes if n not in w.notes)
+        self._add_notes(w, notes)
 
     def _on_bye(self, wid: str, b: dict[str, Any]) -> None:
         status = protocol.status_of(b.get("status", Status.EXITED), protocol.BYE_STATUSES)
@@ -556,7 +563,29 @@ class TimelineBuilder:
             raise ValueError("bye notes must be a list of strings")
         w = self.worker(wid)
         w.status, w.dropped, w.errors = status, dropped, errors
-        w.notes.extend(n for n in notes if n not in w.notes)
+        self._add_notes(w, notes)
+
+    def _add_notes(self, w: Worker, notes: list[str]) -> None:
+        """Add what is new of a frame's notes to the worker's, within WORKER_NOTES_BYTES."""
+        used = self._note_bytes.get(w.id, 0)
+        if used < 0 or not notes:
+            return
+        have = set(w.notes)
+        for whole in notes:
+            note = whole if len(whole) <= NOTE_CHARS else whole[:NOTE_CHARS] + " [cut]"
+            if note in have:
+                continue
+            size = len(note.encode("utf-8", "surrogatepass"))
+            if used + size > WORKER_NOTES_BYTES:
+                w.notes.append(f"more notes of this worker were not kept: a worker keeps at "
+                               f"most {fmt_bytes(WORKER_NOTES_BYTES)} of notes from its frames "
+                               "(builder.WORKER_NOTES_BYTES)")
+                self._note_bytes[w.id] = -1
+                return
+            w.notes.append(note)
+            have.add(note)
+            used += size
+        self._note_bytes[w.id] = used
 
     def has_open_job(self, wid: str) -> bool:
         """Whether a job of this worker has started and not ended (running, not idle)."""

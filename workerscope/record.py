@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, NamedTuple
 
 from . import protocol
-from .builder import TimelineBuilder
+from .builder import NOTE_CHARS, WORKER_NOTES_BYTES, TimelineBuilder
 from .errors import FileFormatError, ProtocolError, WorkerscopeError
 from .protocol import Status
 from .timeline import Timeline, open_no_foreign_link
@@ -74,10 +74,9 @@ _MAX_ENTRY = 64 * 1024 * 1024  # far above any frame (1 MiB) or facts entry: a b
 FACTS_ENTRY_BYTES = 1024 * 1024
 # A worker's notes (from its frames: a bye may carry 1 MiB of them, and a worker may say bye
 # again and again) are kept in the driver's facts and in a record's timeline up to
-# WORKER_NOTES_BYTES each (UTF-8), NOTE_CHARS characters a note, and NOTES_BYTES for all
-# workers together; past them, one note says so. The driver's own notes come on top.
-NOTE_CHARS = 1_000
-WORKER_NOTES_BYTES = 8 * 1024
+# WORKER_NOTES_BYTES each (UTF-8), NOTE_CHARS characters a note (builder.py's, which holds a
+# timeline's to the same), and NOTES_BYTES for all workers together; past them, one note says
+# so. The driver's own notes come on top.
 NOTES_BYTES = 8 * 1024 * 1024
 
 
