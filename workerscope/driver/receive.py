@@ -107,9 +107,12 @@ class Receiver:
 
     def _handle(self, sock: zmq.Socket[bytes], conns: Connections, ident: zmq.Frame,
                 parts: list[bytes]) -> None:
+        # Whatever it sent, its handshake passed: never counted as a failed one at its end.
+        fd = _srcfd(ident)
+        conns.spoken.add(fd)
         if len(parts) != 1:
             self._bad(f"expected [identity, frame], got {len(parts) + 1} parts")
-            conns.hang_up(_srcfd(ident))  # no sidecar sends those: a flood, most likely
+            conns.hang_up(fd)  # no sidecar sends those: a flood, most likely
             return
         identity, data = ident.bytes, parts[0]
         try:
@@ -127,7 +130,7 @@ class Receiver:
                 self._refuse("workers", f"a worker past max_workers={self._limits.max_workers}")
                 return
             now = time.monotonic()
-            if not conns.speaks_for(identity, _srcfd(ident), wid):
+            if not conns.speaks_for(identity, fd, wid):
                 self._refuse("identity", f"a frame for {wid!r:.100} from a connection that "
                                          "speaks for another worker")
                 return
