@@ -324,6 +324,24 @@ for line in sys.stdin:
 """
 
 
+def _wait_blocked(pid: int, timeout: float = 30.0) -> None:
+    """Until the process sleeps and has not run since the last look: "ready" is printed a
+    moment before it blocks on stdin, and a loaded machine may run it that moment later, while
+    a tick reads it (seen running, a member is read whole: the test once failed so)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[0]
+        with open(f"/proc/{pid}/schedstat", "rb") as f:
+            ran = f.read().split()[0]
+        if state == b"S" and ran == last:
+            return
+        last = ran
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} never blocked")
+
+
 def test_a_quiet_member_is_not_reread_until_it_runs(tmp_path, monkeypatch):
     """Between slow tiers, a single-threaded member that has not run since its last reading
     (schedstat unchanged) costs one small pread, not stat and io; its values carry over. The
@@ -341,6 +359,7 @@ def test_a_quiet_member_is_not_reread_until_it_runs(tmp_path, monkeypatch):
 
     try:
         assert proc.stdout.readline().strip() == "ready"
+        _wait_blocked(proc.pid)
         tree.discover()
         tick()  # holds schedstat from here on
         full, full_thread = tick()  # read whole, its schedstat kept
