@@ -73,6 +73,16 @@ def _count(high: int) -> Parser:
     return parse
 
 
+def _fraction(name: str, raw: object) -> float:
+    try:
+        value = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{name} must be a fraction between 0 and 1, got {raw!r}") from err
+    if not 0 <= value <= 1:  # NaN fails this too
+        raise ConfigError(f"{name} must be a fraction between 0 and 1, got {raw!r}")
+    return value
+
+
 def _flag(name: str, raw: object) -> bool:
     if isinstance(raw, bool):
         return raw
@@ -151,6 +161,17 @@ class Config:
         True, Scope.JOB, _flag,
         "reset the kernel's RSS high-water mark at each job's start, so a warm worker reports "
         "each job's own peak (the lifetime peak read just before is kept in the stats)")
+    stacks_memory: float = _setting(
+        0.9, Scope.LINK, _fraction,
+        "take every thread's Python stack when the tree's memory reaches this share of its "
+        "memory cgroup's limit, so an OOM kill comes with what ran just before (0: never)")
+    stacks_after: float = _setting(
+        0.0, Scope.JOB, _seconds(0, 10**7),
+        "take every thread's Python stack once when a job has run this many seconds (0: never)")
+    stacks_every: float = _setting(
+        30.0, Scope.LINK, _seconds(0, 10**7),
+        "at most one dump of stacks a trigger takes (memory, stacks_after, a straggler) every "
+        "this many seconds per worker; the ones skipped are counted in a note")
 
     def __repr__(self) -> str:
         """The settings, the endpoint's secret key left out."""
@@ -173,6 +194,9 @@ class Options(TypedDict, total=False):
     send_queue: int | None
     span_cpu: bool | None
     reset_peak: bool | None
+    stacks_memory: float | None
+    stacks_after: float | None
+    stacks_every: float | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +226,10 @@ PROCESS_VARIABLES = {
                       "processes record their spans (the sidecar's ring folder)",
     PREFIX + "PURE_PYTHON": "1: record spans with the pure-Python recorder even where the C "
                             "fast path is built",
+    PREFIX + "STACKS_SIGNAL": "the signal a sidecar asks a worker process for every thread's "
+                              "Python stack with (a number or a name such as SIGUSR2; default "
+                              "SIGRTMIN+7); a handler the job installed first is chained to, "
+                              "never replaced",
     PREFIX + "TEST_CLOCK_SKEW_NS": "for workerscope's own tests only: the sidecar pretends its "
                                    "wall clock is off by this many ns",
 }
@@ -215,6 +243,27 @@ def env_names() -> dict[str, str]:
 def variables() -> dict[str, str]:
     """Every WORKERSCOPE_* variable workerscope reads, and what it does."""
     return {**{s.env: s.doc for s in SETTINGS}, **PROCESS_VARIABLES}
+
+
+def stacks_signal(environ: Mapping[str, str] | None = None) -> int | None:
+    """The signal a sidecar asks a worker process for its stacks with (WORKERSCOPE_STACKS_SIGNAL:
+    a number or a name; SIGRTMIN+7 when unset); None where it names no usable signal."""
+    import signal
+
+    value = process_variable(PREFIX + "STACKS_SIGNAL", environ).strip()
+    if not value:
+        return int(signal.SIGRTMIN) + 7
+    try:
+        number = int(value)
+    except ValueError:
+        member = getattr(signal.Signals, value.upper(), None)
+        number = -1 if member is None else int(member)
+    # faulthandler keeps the fatal signals for itself; SIGKILL and SIGSTOP cannot be caught.
+    unusable = {signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS, signal.SIGILL,
+                signal.SIGKILL, signal.SIGSTOP}
+    if not 0 < number < signal.NSIG or number in unusable:
+        return None
+    return number
 
 
 def process_variable(name: str, environ: Mapping[str, str] | None = None) -> str:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 VERSION = 1
 
 class FrameKind(str, enum.Enum):
-    """A driver frame's kind (sidecar -> driver, except the last three)."""
+    """A driver frame's kind (sidecar -> driver, except the last four)."""
 
     HELLO = "hello"
     JOB_START = "job_start"
@@ -46,6 +46,9 @@ class FrameKind(str, enum.Enum):
     # Driver -> sidecar: acknowledges a bye so the sidecar may close without losing it.
     ACK = "ack"
     PING = "ping"
+    # Driver -> sidecar: {id, reason}: every thread's stack of the tree, sent back as a mark
+    # named "stacks" whose attrs carry the request's id (sidecar/stacks.py).
+    STACKS = "stacks"
 
     def __str__(self) -> str:
         return self.value
@@ -65,6 +68,8 @@ HEARTBEAT = FrameKind.HEARTBEAT
 ACK = FrameKind.ACK
 PING = FrameKind.PING
 PONG = FrameKind.PONG
+STACKS = FrameKind.STACKS
+STACKS_MARK = "stacks"  # the name of the mark a dump of stacks is
 FRAME_KINDS = frozenset(FrameKind)
 # A decoded kind is looked up here: the enum member, at the cost of a dict lookup (~30 ns)
 _KINDS: dict[str, FrameKind] = {k.value: k for k in FrameKind}

@@ -11,7 +11,8 @@ File, native byte order, int64 words, every part 8-byte aligned:
     header   HEADER_WORDS words (H_* below)
     records  `capacity` records of RECORD_WORDS, a ring: seq s lives in slot (s - 1) % capacity
     names    append-only entries [u32 length, u32 0, msgpack [NAME, id, name, attrs]] or
-             [..., [THREAD, tid, thread name]]; H_NAMES_HEAD bytes are in use; thread names
+             [..., [THREAD, tid, thread name, ident]] (ident: threading.get_ident(), what
+             a faulthandler dump calls the thread); H_NAMES_HEAD bytes are in use; thread names
              take at most 1/THREAD_SHARE of it (the others counted in H_THREADS_DROPPED)
     extras   a byte ring of entries [u32 length, u32 0, u64 seq, msgpack map]: attrs given at
              run time ({"attrs": {...}}), an exception ({"error": ..., "traceback": ...});
@@ -320,6 +321,9 @@ class RingReader:
         self.open: dict[int, OpenSpan] = {}
         self.names: dict[int, tuple[str, dict[str, Any] | None]] = {}
         self.threads: list[tuple[int, str]] = []  # new since the last read
+        # Each thread's (tid, name) by its ident, as the writer named them (a dump of
+        # stacks names its threads from here); bounded as the names area is.
+        self.idents: dict[int, tuple[int, str]] = {}
         self._names_at = 0
         self._extras_at = q[H_EXTRAS_TAIL]
         self._extras: dict[int, dict[str, Any]] = {}
@@ -668,8 +672,11 @@ class RingReader:
         if (not isinstance(e, list) or len(e) not in (3, 4) or type(e[1]) is not int
                 or not isinstance(e[2], str)):
             return 0
-        if e[0] == THREAD and len(e) == 3 and 0 < e[1] <= MAX_TID:
+        if e[0] == THREAD and 0 < e[1] <= MAX_TID and (
+                len(e) == 3 or (type(e[3]) is int and 0 < e[3] < 1 << 64)):
             self.threads.append((e[1], e[2]))
+            if len(e) == 4:
+                self.idents[e[3]] = (e[1], e[2])
             return _align(ENTRY_HEAD.size + n)
         attrs = e[3] if len(e) == 4 else None
         nid = e[1]

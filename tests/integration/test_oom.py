@@ -7,6 +7,7 @@ import errno
 import os
 import signal
 import subprocess
+import textwrap
 import threading
 import time
 
@@ -124,30 +125,19 @@ class Frames:
             return self._cond.wait_for(lambda: self.samples >= target, timeout)
 
 
-# -- the deaths ---------------------------------------------------------------------------------
-def test_oom_killed_worker_is_named_with_limit_and_rss(clean_env, memory_cgroup):
-    """A worker OOM-killed in its memory cgroup: its job is oom_killed, says the limit and the
-    last RSS, and carries the cgroup's oom_kill rise (and the kernel's line where readable)."""
-    _, cgroup = memory_cgroup
+def _killed_in_cgroup(cgroup: str, code: str) -> tuple[subprocess.Popen[str], Timeline]:
+    """A worker that runs `code` (it defines `entry(step)`, which prints ready, reads a line,
+    then allocates) as a heavy job, moved into `cgroup` once inside the job, until killed;
+    the worker and the timeline the driver got."""
     frames = Frames()
     with frames.sub as sub:
         # The worker starts its sidecar outside the limited cgroup, then waits inside the job
         # for the test to move it (and only it) in before it allocates.
-        worker = subprocess.Popen(python_script(f"""
-            import sys, time
-            from workerscope import profiled, timed
-
-            @timed
-            def hog(step):
-                print("ready", flush=True)
-                sys.stdin.readline()
-                chunks = []
-                while True:  # until the kernel kills us; paced so that samples see it grow
-                    chunks.append(b"x" * step)
-                    time.sleep(0.002)
-
-            profiled(hog, mode="heavy", interval=0.02, endpoint={sub.endpoint!r})(2 << 20)
-        """), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        worker = subprocess.Popen(python_script("import sys, time\n"
+                                                "from workerscope import profiled, timed\n"
+                                                + textwrap.dedent(code) + f"""
+profiled(entry, mode="heavy", interval=0.02, endpoint={sub.endpoint!r})(step)
+"""), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             assert worker.stdout.readline() == "ready\n", "the worker never entered its job"
             _write(os.path.join(cgroup, "cgroup.procs"), str(worker.pid))
@@ -162,7 +152,26 @@ def test_oom_killed_worker_is_named_with_limit_and_rss(clean_env, memory_cgroup)
             worker.kill()
             worker.wait()
             worker.stdout.close()
-        t = sub.timeline()
+        return worker, sub.timeline()
+
+
+# -- the deaths ---------------------------------------------------------------------------------
+def test_oom_killed_worker_is_named_with_limit_and_rss(clean_env, memory_cgroup):
+    """A worker OOM-killed in its memory cgroup: its job is oom_killed, says the limit and the
+    last RSS, and carries the cgroup's oom_kill rise (and the kernel's line where readable)."""
+    _, cgroup = memory_cgroup
+    worker, t = _killed_in_cgroup(cgroup, """
+        @timed
+        def hog(step):
+            print("ready", flush=True)
+            sys.stdin.readline()
+            chunks = []
+            while True:  # until the kernel kills us; paced so that samples see it grow
+                chunks.append(b"x" * step)
+                time.sleep(0.002)
+
+        entry, step = hog, 2 << 20
+    """)
     assert worker.returncode == -signal.SIGKILL
     (j,) = t.jobs
     assert j.status == "oom_killed", j.error
@@ -324,3 +333,39 @@ def test_job_rows_without_death_still_load():
     d["jobs"].append(old)
     jobs = Timeline.from_dict(d).jobs
     assert jobs[0].death == {"cause": "oom"} and jobs[1].death is None
+
+
+def test_an_oom_kill_comes_with_the_stacks_taken_before_it(clean_env, memory_cgroup):
+    """A worker allocating in a @timed function until its 64 MiB cgroup's OOM killer ends it:
+    past stacks_memory (90% by default) of the limit, its sidecar took every thread's stack,
+    and the report shows them beside the death, naming the function that allocated."""
+    _, cgroup = memory_cgroup
+    worker, t = _killed_in_cgroup(cgroup, """
+        @timed
+        def allocates(step):
+            print("ready", flush=True)
+            sys.stdin.readline()
+            chunks = []
+            while True:  # until the kernel kills us: ~100 MB/s, so ticks see 90% pass
+                chunks.append(b"x" * step)
+                time.sleep(0.01)
+
+        entry, step = allocates, 1 << 20
+    """)
+    assert worker.returncode == -signal.SIGKILL
+    (j,) = t.jobs
+    assert j.status == "oom_killed", j.error
+    (mark,) = [m for m in t.marks if m.name == "stacks"]
+    assert mark.job == j.id and mark.attrs is not None
+    assert mark.attrs["reason"].startswith("memory: its cgroup holds "), mark.attrs
+    assert "of its limit of 64 MiB" in mark.attrs["reason"]
+    assert mark.t_ns < (j.end_ns or 0)
+    (proc,) = mark.attrs["processes"]
+    assert proc["pid"] == worker.pid
+    frames_seen = [f["function"] for th in proc["threads"] for f in th["frames"]]
+    assert "allocates" in frames_seen, proc
+    # The terminal report puts the stacks beside the death.
+    from workerscope.export.terminal import report
+
+    text = report(t)
+    assert "OOM-killed" in text and "allocates" in text

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..timeline import check_output_path
 from ..units import printable
@@ -193,19 +193,93 @@ def _wait(sub: Subscriber, jobs: int | None, stop: threading.Event) -> None:
             stop.wait(0.5)
 
 
+STACKS_ASKED = 4  # running workers whose stacks the live view's `s` key asks for
+
+
 def _live(sub: Subscriber, jobs: int | None, stop: threading.Event) -> None:
-    """Redraw the live view about once a second until `jobs` jobs ended, or Ctrl-C."""
+    """Redraw the live view about once a second until `jobs` jobs ended, or Ctrl-C. On a
+    terminal, the `s` key shows what the running workers are doing (their stacks)."""
     import shutil
 
     from ..export.live import CLEAR, render
 
-    while not stop.is_set():
-        width = shutil.get_terminal_size((100, 24)).columns
-        screen = render(sub.live(), sub.endpoint, width, sub.jobs_ended)
-        sys.stdout.write((CLEAR if sys.stdout.isatty() else "") + screen)
-        sys.stdout.flush()
-        if jobs is not None and sub.wait(jobs=jobs, timeout=1.0):
-            sys.stdout.write(render(sub.live(), sub.endpoint, width, sub.jobs_ended))
-            return
-        if jobs is None:
-            stop.wait(1.0)
+    keys = _Keys.open()
+    shown = ""
+    try:
+        while not stop.is_set():
+            width = shutil.get_terminal_size((100, 24)).columns
+            screen = render(sub.live(), sub.endpoint, width, sub.jobs_ended)
+            if keys is not None:
+                screen += "press s for every running worker's Python stacks\n" + shown
+            sys.stdout.write((CLEAR if sys.stdout.isatty() else "") + screen)
+            sys.stdout.flush()
+            if jobs is not None and sub.wait(jobs=jobs, timeout=0 if keys else 1.0):
+                sys.stdout.write(render(sub.live(), sub.endpoint, width, sub.jobs_ended))
+                return
+            if keys is None:
+                if jobs is None:
+                    stop.wait(1.0)
+            elif keys.read(1.0) == "s":
+                shown = _running_stacks(sub)
+    finally:
+        if keys is not None:
+            keys.close()
+
+
+def _running_stacks(sub: Subscriber) -> str:
+    """What the running workers (the first STACKS_ASKED) are doing, as text."""
+    from ..export.stacks import stacks_text
+
+    running = [w for w, state in sub.states().items() if state == "running"]
+    if not running:
+        return "no worker is running a job\n"
+    out = []
+    for wid in running[:STACKS_ASKED]:
+        dump = sub.stacks(wid, timeout=3.0, reason="asked from listen --live")
+        out.append(printable(f"{wid}:") + "\n" + (
+            "  no answer within 3 s" if dump is None else stacks_text(dump)))
+    if len(running) > STACKS_ASKED:
+        out.append(f"({len(running) - STACKS_ASKED} more running worker(s) not asked)")
+    return "\n".join(out) + "\n"
+
+
+class _Keys:
+    """Single key presses from a terminal's stdin (cbreak mode: no Enter needed, Ctrl-C
+    still a signal), restored at close."""
+
+    def __init__(self, fd: int, saved: list[Any]) -> None:
+        self.fd, self.saved = fd, saved
+
+    @classmethod
+    def open(cls) -> _Keys | None:
+        """None where stdin is no terminal (a pipe, a file, a job without one)."""
+        try:
+            import termios
+            import tty
+
+            fd = sys.stdin.fileno()
+            if not os.isatty(fd):
+                return None
+            saved = termios.tcgetattr(fd)
+            tty.setcbreak(fd)
+        except (OSError, ValueError, ImportError, AttributeError):
+            return None
+        return cls(fd, saved)
+
+    def read(self, timeout: float) -> str:
+        """A key pressed within `timeout` s ("" if none)."""
+        import select
+
+        try:
+            ready, _, _ = select.select([self.fd], [], [], timeout)
+            return os.read(self.fd, 16).decode(errors="replace")[-1:] if ready else ""
+        except (OSError, InterruptedError):
+            return ""
+
+    def close(self) -> None:
+        import termios
+
+        try:
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
+        except (OSError, termios.error):
+            return  # the terminal went away: nothing is left to restore

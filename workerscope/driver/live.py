@@ -73,6 +73,16 @@ class LiveState:
             w.inside = _spans_open(b.get("spans_open"))
         return False
 
+    def stragglers(self, now: float) -> list[tuple[str, int, float, float]]:
+        """Running jobs that cross the straggler rule now: (worker, job, seconds running, the
+        median of the jobs done)."""
+        done = sorted(self.job_seconds)
+        if not done:
+            return []
+        median = done[len(done) // 2]
+        return [(wid, job, now - t0, median) for wid, w in self.workers.items()
+                for job, (_, t0) in w.jobs.items() if is_straggler(now - t0, done)]
+
     def open_jobs(self, wid: str) -> int:
         w = self.workers.get(wid)
         return 0 if w is None else len(w.jobs)

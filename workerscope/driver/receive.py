@@ -27,6 +27,7 @@ from ..errors import ProtocolError
 from . import late
 from .connections import Connections
 from .frames import FrameFanout
+from .replies import _send as replies_send
 from .replies import is_int
 from .state import ReceiveState
 
@@ -65,7 +66,7 @@ class Receiver:
         self._folded: dict[str, Callable[[protocol.Frame], None]] = {
             protocol.HELLO: self._hello, protocol.JOB_START: self._job_start,
             protocol.JOB_END: self._job_end, protocol.HEARTBEAT: self._heartbeat,
-            protocol.BYE: self._bye}
+            protocol.BYE: self._bye, protocol.MARK: self._mark}
 
     # -- the receive thread ------------------------------------------------------------------
     def run(self, sock: zmq.Socket[bytes], conns: Connections, stop: threading.Event) -> None:
@@ -78,8 +79,11 @@ class Receiver:
                 if time.monotonic() >= facts_due:
                     facts_due = time.monotonic() + FACTS_S
                     self.state.write_facts()
+                    self.state.ask_stragglers(time.monotonic())
                 ready = dict(poller.poll(POLL_MS))
                 conns.forget_ended()
+                if self.state.stacks_asked:
+                    self._ask_stacks(sock, conns)
                 if sock in ready:
                     for _ in range(BATCH):
                         try:
@@ -104,6 +108,27 @@ class Receiver:
                 if errors == 1 or errors % 1000 == 0:
                     log.warning("receive loop error (counted in loop_errors): %r", err)
                 stop.wait(backoff)
+
+    def _ask_stacks(self, sock: zmq.Socket[bytes], conns: Connections) -> None:
+        """Send the stacks requests Subscriber.stacks queued, each to its worker's connection
+        (the receive thread alone uses the socket)."""
+        st = self.state
+        with st.cond:
+            asked = list(st.stacks_asked)
+            st.stacks_asked.clear()
+        for worker, request, reason in asked:
+            holder = conns.owner.get(worker)
+            error = None
+            if holder is None or holder not in conns.peers:
+                error = f"{worker!r:.100} has no connection to this driver"
+            else:
+                error = replies_send(sock, holder, protocol.STACKS,
+                                     {"id": request, "reason": reason})
+            if error is not None:
+                with st.cond:
+                    if request in st.stacks_waited:
+                        st.stacks_got[request] = {"error": error, "processes": []}
+                        st.cond.notify_all()
 
     def _handle(self, sock: zmq.Socket[bytes], conns: Connections, ident: zmq.Frame,
                 parts: list[bytes]) -> None:
@@ -232,6 +257,17 @@ class Receiver:
 
     def _bye(self, frame: protocol.Frame) -> None:
         self.state.cond.notify_all()
+
+    def _mark(self, frame: protocol.Frame) -> None:
+        """A dump of stacks someone is waiting for (Subscriber.stacks): handed over by its id."""
+        st = self.state
+        for record in frame.body.get("records") or ():
+            if (isinstance(record, (list, tuple)) and len(record) > 8
+                    and record[4] == protocol.STACKS_MARK and isinstance(record[8], dict)):
+                request = record[8].get("request")
+                if is_int(request) and request in st.stacks_waited:
+                    st.stacks_got[request] = {"worker": frame.worker, **record[8]}
+                    st.cond.notify_all()
 
     def _heartbeat(self, frame: protocol.Frame) -> None:
         self.state.dropped[frame.worker] = _int(frame.body.get("dropped"))

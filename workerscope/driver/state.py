@@ -9,9 +9,11 @@ what it got without touching the driver's own counts.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
 
@@ -20,6 +22,8 @@ from ..protocol import Status
 from ..record import FACTS, Facts, NoteBudget, RecordWriter
 from .live import LiveState
 from .replies import Replies
+
+MAX_STRAGGLERS_ASKED = 10_000  # jobs whose stacks were taken as stragglers, remembered
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,13 @@ class ReceiveState:
         self.anchored: set[str] = set()  # workers whose clock anchor is known (or never will be)
         self.introduced: set[str] = set()  # workers whose hello was folded in (or a heartbeat's)
         self.notes = NoteBudget()  # what of each worker's notes the facts carry
+        # Stacks asked for (Subscriber.stacks): (worker, request id, reason) for the receive
+        # thread to send, and the dumps that came back, by request id (taken by the asker).
+        self.stacks_asked: collections.deque[tuple[str, int, str]] = collections.deque()
+        self.stacks_got: dict[int, dict[str, Any]] = {}
+        self.stacks_waited: set[int] = set()  # requests someone waits for (the rest: triggers)
+        self._straggler_asked: dict[tuple[str, int], None] = {}  # jobs asked for, oldest first
+        self._trigger_ids = iter(range(-1, -2**62, -1))  # triggered requests: negative ids
         self._written = Facts()  # the facts as the record has them, so far
         self._written_to: RecordWriter | None = None  # the record they were written to
 
@@ -120,6 +131,35 @@ class ReceiveState:
 
         with self.cond:
             return self.cond.wait_for(done, timeout)
+
+    def stacks(self, worker: str, request: int, reason: str,
+               timeout: float) -> dict[str, Any] | None:
+        """See Subscriber.stacks."""
+        with self.cond:
+            self.stacks_asked.append((worker, request, reason))
+            self.stacks_waited.add(request)
+            try:
+                if not self.cond.wait_for(lambda: request in self.stacks_got, timeout):
+                    return None
+                return self.stacks_got.pop(request)
+            finally:
+                self.stacks_waited.discard(request)
+                self.stacks_got.pop(request, None)
+
+    def ask_stragglers(self, now: float) -> None:
+        """A running job that crosses the straggler rule gets its stacks taken, once: its
+        worker's sidecar sends them as a mark, which the record keeps (the receive thread,
+        about once a second)."""
+        with self.cond:
+            for wid, job, running, median in self.live.stragglers(now):
+                if (wid, job) in self._straggler_asked:
+                    continue
+                self._straggler_asked[(wid, job)] = None
+                if len(self._straggler_asked) > MAX_STRAGGLERS_ASKED:
+                    del self._straggler_asked[next(iter(self._straggler_asked))]
+                self.stacks_asked.append((wid, next(self._trigger_ids),
+                                          f"straggler: job {job} running {running:.1f} s, the "
+                                          f"median job {median:.1f} s"))
 
     def states(self) -> dict[str, str]:
         """See Subscriber.states."""

@@ -24,6 +24,7 @@ memory stay each worker's live state and bounded queues, whatever the run's leng
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import socket
@@ -33,6 +34,7 @@ import time
 import warnings
 import weakref
 from collections.abc import AsyncIterator
+from typing import Any
 
 import zmq
 
@@ -104,6 +106,7 @@ class Subscriber:
                  max_kept_bytes: int | None = None,
                  record: str | os.PathLike[str] | None = None) -> None:
         self.address = address
+        self._stacks_ids = itertools.count(1).__next__  # request ids of stacks() (atomic)
         self.receive_queue = receive_queue
         self.insecure = insecure
         self.max_connections = max_connections
@@ -372,6 +375,17 @@ class Subscriber:
         """Block until `jobs` jobs have ended, `started` jobs have started and `byes` workers
         have said bye (each when given). False on timeout."""
         return self._state.wait(jobs, timeout, byes, started)
+
+    def stacks(self, worker: str, timeout: float = 3.0,
+               reason: str = "asked") -> dict[str, Any] | None:
+        """What `worker` is doing right now: every thread's Python stack of each process of
+        its tree that has workerscope loaded, and the command, state and wchan of the others,
+        as its sidecar's faulthandler dump read them (no ptrace, no root). A dict with
+        "processes" ([{"pid", "threads": [{"thread", "current", "frames": [{"file", "line",
+        "function"}, ...] innermost first}]} or {"pid", "command", "state", "wchan"}]) and
+        "error" where something stood in the way; the same dump is a mark named "stacks" in
+        the timeline. None if no answer came within `timeout` s."""
+        return self._state.stacks(worker, self._stacks_ids(), reason, timeout)
 
     def states(self) -> dict[str, str]:
         """Each worker's status now: what its bye said, else running (a job open), idle (no

@@ -30,6 +30,7 @@ from .attribution import (
 from .deaths import Death, by_worker, deaths, figures, is_cut_short
 from .lanes import layout
 from .overhead import cost_text, costs, summary
+from .stacks import stacks_text
 
 LEVELS = " ▁▂▃▄▅▆▇█"
 _VALUE = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|ns|µs|ms|s)\b")
@@ -208,6 +209,7 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int], width: in
 
 
 JOBS_SHOWN = 20  # rows of the jobs table by default (`report --jobs`)
+STACKS_SHOWN = 3  # dumps of stacks the report shows whole (the last ones)
 
 
 def jobs_table(t: Timeline, width: int | None = None, limit: int | None = JOBS_SHOWN) -> str:
@@ -338,6 +340,23 @@ def deaths_text(t: Timeline, width: int = 80) -> str:
     return "deaths:\n" + "\n".join(out) + "\n" if out else ""
 
 
+def stacks_section(t: Timeline, most: int = STACKS_SHOWN) -> str:
+    """The stacks taken (marks named "stacks": asked for, a straggler's, before an OOM kill, a
+    crash's), the last `most` of them whole, each with its worker, job and time."""
+    marks = [m for m in t.marks if m.name == protocol.STACKS_MARK and m.attrs]
+    if not marks:
+        return ""
+    start = t.start_ns or 0
+    out = []
+    for m in sorted(marks, key=lambda m: m.t_ns)[-most:]:
+        out.append(printable(f"  {short_worker(m.worker)} job {m.job} at "
+                             f"{fmt_seconds((m.t_ns - start) / 1e9)}:"))
+        out.extend("    " + line for line in stacks_text(m.attrs or {}).splitlines())
+    more = len(marks) - most
+    head = "stacks:" if more <= 0 else f"stacks (the last {most} of {len(marks)}):"
+    return head + "\n" + "\n".join(out) + "\n"
+
+
 def _wrap(phrases: list[str], width: int, indent: str = "    ") -> list[str]:
     """Phrases joined by " · " into lines of at most `width`, never broken inside a phrase
     that fits on a line ("83.5 MiB" stays whole). Each phrase is made printable first."""
@@ -375,6 +394,9 @@ def report(t: Timeline, width: int = 80, color: bool = False,
     died = deaths_text(t, width)
     if died:
         parts.append(died)
+    taken = stacks_section(t)
+    if taken:
+        parts.append(taken)
     parts.append(functions_table(t, width=width))
     notes = [line for who, n in said_once(t, short_worker)
              for line in _wrap([f"{who}: {n}"], width, "  ")]

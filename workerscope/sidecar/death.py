@@ -34,6 +34,7 @@ REAPED = "its parent reaped it before the sidecar could read its exit status"
 STILL_RUNNING = f"the worker was still running {ZOMBIE_WAIT_S * 1000:.0f} ms later"
 _MIB = 1024 * 1024
 _FILES = cgroup.FILES
+LIMIT_REREAD_S = 5.0  # a memory cgroup's limit is read again after this long (memory())
 
 
 class Death(NamedTuple):
@@ -145,6 +146,7 @@ class DeathWatch:
         self.cgroups: dict[str, int] = {}
         self.oom_before: dict[str, int] = {}
         self.rss: dict[str, float] = {}
+        self._limits: dict[str, tuple[int | None, float]] = {}  # cgroup -> (limit, read at)
 
     # -- while the worker lives ------------------------------------------------------------
     def job_started(self) -> None:
@@ -167,6 +169,24 @@ class DeathWatch:
                 if "rss_bytes" in tree:
                     self.rss["last_tree_rss_bytes"] = tree["rss_bytes"]
                 self._follow_cgroup()
+
+    def memory(self) -> tuple[int, int] | None:
+        """(usage, limit) in bytes of the memory cgroup the worker was last seen in, the
+        limit the lowest of it and its ancestors' (read again every LIMIT_REREAD_S); None
+        where it has no limit or is not readable."""
+        if not self.cgroups:
+            return None
+        where = next(reversed(self.cgroups))
+        version = self.cgroups[where]
+        _, limit_file, usage_file, _ = _FILES[version]
+        limit, read_at = self._limits.get(where, (None, -LIMIT_REREAD_S))
+        if time.monotonic() - read_at >= LIMIT_REREAD_S:
+            limit = _effective_limit(where, limit_file, self.mounts[version][1])
+            self._limits[where] = (limit, time.monotonic())
+        if not limit:
+            return None
+        usage = cgroup.read_int(os.path.join(where, usage_file))
+        return None if usage is None else (usage, limit)
 
     def _cgroup_dir(self) -> tuple[int, str] | None:
         return cgroup.memory_dir(self.pid, self.mounts)

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 from .. import protocol, spanring
+from . import stacks
 
 log = logging.getLogger("workerscope.sidecar")
 # Ended jobs are kept this long for the spans of other threads that began in them.
@@ -149,6 +150,7 @@ class Rings:
         self._retired_lost, self._retired_notes = count_dead(dead)
         # Of which damaged, abandoned or a dead sidecar's, not a full ring's.
         self._retired_unread = self._retired_lost
+        self.crashed: list[int] = []  # gone processes that left a crash file (take_crashed)
         self.scan()
 
     @property
@@ -286,6 +288,26 @@ class Rings:
                     latest[job] = (start, str(name)[:MAX_OPEN_NAME])
         return [[job, name] for job, (_, name) in sorted(latest.items())]
 
+    def threads_of(self, pid: int) -> dict[int, dict[str, Any]]:
+        """Process `pid`'s threads its ring named, by ident (what a faulthandler dump calls
+        a thread): {"name", "tid", "span": the innermost span open on it, as of the last
+        drain}; for a dump of stacks (sidecar/stacks.py)."""
+        out: dict[int, dict[str, Any]] = {}
+        for (ring_pid, _), ring in self.rings.items():
+            if ring_pid != pid:
+                continue
+            reader = ring.reader
+            inner: dict[int, tuple[int, str]] = {}  # tid -> (start, name) of its latest open span
+            for span in reader.open.values():
+                tid, start = span[6], span[spanring.OPEN_START]
+                if span[0] == protocol.RECORD_SPAN and (tid not in inner or start > inner[tid][0]):
+                    inner[tid] = (start, str((reader.names.get(span[4]) or ("?", None))[0]))
+            for ident, (tid, name) in reader.idents.items():
+                out[ident] = {"name": name[:MAX_OPEN_NAME], "tid": tid}
+                if tid in inner:
+                    out[ident]["span"] = inner[tid][1][:MAX_OPEN_NAME]
+        return out
+
     def _abandon(self, ring: _Ring, now_ns: int) -> list[protocol.SpanRecord]:
         """A ring whose file was truncated: its open spans cut short now, what it held unread
         counted lost, touching no page past the file's end; said once."""
@@ -325,11 +347,38 @@ class Rings:
         ring.mm.close()
         if ring.pid != self.worker:
             try:
-                if os.stat(ring.path).st_ino == ring.inode:
-                    os.unlink(ring.path)
+                if os.stat(ring.path).st_ino != ring.inode:
+                    return  # a new process with that pid has its own (and its own stacks)
+                os.unlink(ring.path)
             except OSError:
-                # Replaced or removed already: a new process with that pid has its own.
+                # Removed already (and with it, by its process, its stacks' files).
                 log.debug("span ring %s gone before its removal", ring.path)
+                return
+            self._retire_stacks(ring.pid)
+
+    def _retire_stacks(self, pid: int) -> None:
+        """A gone process's stacks files (worker/stacks.py) go with its ring; a crash file
+        it wrote in is kept for the sidecar to read (take_crashed)."""
+        base = os.path.join(self.dir, str(pid))
+        for suffix in (stacks.SUFFIX, stacks.REFUSED_SUFFIX):
+            try:
+                os.unlink(base + suffix)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                log.debug("could not remove %s%s", base, suffix)
+        try:
+            if os.stat(base + stacks.CRASH_SUFFIX).st_size:
+                self.crashed.append(pid)
+            else:
+                os.unlink(base + stacks.CRASH_SUFFIX)
+        except OSError:
+            log.debug("pid %d had no stacks files (workerscope could not install them)", pid)
+
+    def take_crashed(self) -> list[int]:
+        """The processes of the tree that died leaving a crash file, since the last call."""
+        crashed, self.crashed = self.crashed, []
+        return crashed
 
     def close(self) -> None:
         """Unmap every ring and remove the directory."""

@@ -20,10 +20,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import protocol
-from ..config import Config, config_from_dict, process_variable, public_endpoint
+from ..config import Config, config_from_dict, process_variable, public_endpoint, stacks_signal
 from ..errors import ConfigError, ProtocolError, WorkerscopeError
 from ..procfs import boot_id, net_namespace, read_net_dev
 from ..protocol import Status
+from ..units import fmt_bytes
+from . import stacks
 from .aggregate import Aggregator
 from .deadlines import Cadences, Deadlines, cadences
 from .death import DeathWatch
@@ -47,6 +49,10 @@ _PROC = ["cpu_percent", "cpu_user_s", "cpu_system_s", "rss_bytes", "peak_rss_byt
          "pss_bytes", "read_bytes", "write_bytes", "read_chars", "write_chars", "num_threads",
          "num_fds", "ctx_switches_voluntary", "ctx_switches_involuntary", "gpu_mem_bytes",
          "gpu_util_percent"]
+# Requests for stacks waiting while one dump is under way (sidecar/stacks.py); past it, the
+# request is answered at once with an error.
+STACKS_QUEUED = 8
+
 METRICS = {
     "proc": _PROC,
     "tree": [*_PROC, "num_procs", "unreadable_procs", "net_sent_bytes", "net_recv_bytes",
@@ -66,7 +72,7 @@ METRICS = {
 class OpenJob:
     # Plain classes here and in rings.py and death.py, not dataclasses: making a dataclass
     # takes ~0.5 ms, and `workerscope run` pays the sidecar's imports once per command.
-    __slots__ = ("frames", "job", "keep", "name", "out", "record", "start")
+    __slots__ = ("frames", "job", "keep", "name", "out", "record", "stacks_at", "start")
 
     def __init__(self, job: int, name: str, out: str | None, frames: list[bytes],
                  keep: bool = True) -> None:
@@ -78,6 +84,7 @@ class OpenJob:
         # `out`): a long job streaming to a driver would otherwise grow the sidecar without bound.
         self.keep = keep
         self.start: dict[str, Any] = {}  # its job_start body, for heartbeats
+        self.stacks_at = 0  # monotonic ns: its stacks are taken then (stacks_after; 0: never)
         self.record: RecordWriter | None = None  # its frames, appended as they are sent
 
 
@@ -104,6 +111,14 @@ class Sidecar:
         self.net_scope = "host"
         self.own_net_ns: int | None = None
         self.jobs: dict[int, OpenJob] = {}
+        # Stacks (sidecar/stacks.py): the dump under way and whom it answers, the requests
+        # waiting for it, when a trigger may take the next dump, and the triggers skipped.
+        self.asking: stacks.Asking | None = None
+        self.asked_for: tuple[str, int | None] = ("", None)  # (reason, request id)
+        self.stacks_queue: collections.deque[tuple[str, int | None]] = collections.deque()
+        self.stacks_next_ns = 0
+        self.stacks_skipped = 0
+        self.closing = False  # the bye is sent: nothing more is asked of the tree
         self.seq = -1
         self.hello = b""
         self.hello_body: dict[str, Any] = {}  # in every heartbeat too, for a driver that starts late
@@ -158,6 +173,7 @@ class Sidecar:
         self.read_net(tree, now, bool(new) or edge)
         body: dict[str, Any] = {"t": now, "tree": tree, "procs": procs,
                                 "host": self.host.read(now, full=edge)}
+        self.stacks_triggers(now)
         if threads:
             body["threads"] = threads
         if self.gpu is None:
@@ -328,6 +344,9 @@ class Sidecar:
         if body.get("record"):
             self.open_record(job, str(body["record"]))
         self.jobs[job.job] = job
+        after = body.get("stacks_after", self.config.stacks_after)
+        if isinstance(after, (int, float)) and after > 0:
+            job.stacks_at = int(body.get("t", time.monotonic_ns())) + int(after * 1e9)
         job.start = {
             "job": job.job, "name": job.name, "t": body.get("t", time.monotonic_ns()),
             "pid": body.get("pid", self.target), "tid": body.get("tid"),
@@ -374,6 +393,9 @@ class Sidecar:
                 self.tree.watch_thread(int(body["pid"]), int(tid))  # from the next tick on
             job = (self.jobs.get(job_id) or self.ending_job(job_id)) if job_id is not None else None
             self.emit(kind, body, jobs=None if job_id == EVERY_JOB else [job] if job else [])
+        crashed = rings.take_crashed()
+        if crashed:  # a process of the tree died of a fatal signal while the worker lives
+            self.crash_stacks(crashed)
         if final:
             rings.close()
             self.rings = None
@@ -517,6 +539,8 @@ class Sidecar:
         if self.jobs:
             # First thing: the worker's exit status lasts only until its parent reaps it.
             death = self.watch.after_eof()
+            self.poll_stacks(force=True)  # a dump under way: what the tree wrote before it ended
+            self.crash_stacks()  # before the last drain, which removes the ring directory
             self.drain_rings(final=True, now=gone)
             self.sample(flush=True)
             now = time.monotonic_ns()
@@ -570,6 +594,8 @@ class Sidecar:
         if self.rings is not None and not (self.jobs and self.rings.idle
                                            and self.interval_ns <= IDLE_DRAIN_NS):
             names.append("drain")  # else the next tick looks for a ring
+        if self.asking is not None:
+            names.append("stacks")
         wake = self.deadlines.next_wake(names, now + IDLE_WAIT_NS)
         return max(0, (wake - now) // 1_000_000) + 1
 
@@ -601,6 +627,8 @@ class Sidecar:
             # Tick on a fixed grid; if a sample overran whole intervals, skip them.
             now = time.monotonic_ns()
             deadlines.advance("tick", self.interval_ns, now)
+        if self.asking is not None and deadlines.due("stacks", now):
+            self.poll_stacks()
         if self.rings is not None and deadlines.due("drain", now):
             self.drain_rings()
             # While no process records spans (`run` of a command that is not Python),
@@ -641,6 +669,120 @@ class Sidecar:
                 pong: protocol.PongBody = {"id": body.get("id"), "t0": body.get("t0"),
                                            "t1": time.time_ns() + self.skew}
                 self.emit(protocol.PONG, pong, jobs=[])
+            elif frame.kind == protocol.STACKS:
+                request = frame.body.get("id")
+                reason = str(frame.body.get("reason") or "asked")[:300]
+                if not isinstance(request, int) or isinstance(request, bool):
+                    request = None
+                if request is not None and request < 0:  # the driver's trigger: a straggler
+                    self.trigger(reason, time.monotonic_ns(), request)
+                else:
+                    self.dump_stacks(reason, request)
+
+    # -- stacks (sidecar/stacks.py) -----------------------------------------------------------
+    def stacks_triggers(self, now: int) -> None:
+        """At each sample: a job that has run `stacks_after` s, or the worker's memory cgroup
+        at `stacks_memory` of its limit (so that an OOM kill comes with what the job was
+        doing just before) takes a dump of stacks, within `stacks_every`."""
+        if not self.jobs or now < self.stacks_next_ns:
+            return  # a job's stacks_after waits for its turn: it is taken late, not dropped
+        for job in self.jobs.values():
+            if job.stacks_at and now >= job.stacks_at:
+                job.stacks_at = 0
+                ran = (now - int(job.start.get("t", now))) / 1e9
+                self.trigger(f"stacks_after: job {job.job} ({job.name[:100]}) has run "
+                             f"{ran:.1f} s", now)
+                return
+        fraction = self.config.stacks_memory
+        memory = self.watch.memory() if fraction else None
+        if memory is not None and memory[0] >= fraction * memory[1]:
+            used, limit = memory
+            self.trigger(f"memory: its cgroup holds {fmt_bytes(used)}, {used / limit:.0%} of "
+                         f"its limit of {fmt_bytes(limit)} (stacks_memory {fraction:g})", now)
+
+    def trigger(self, reason: str, now: int, request: int | None = None) -> bool:
+        """A dump of stacks no one asked for, at most one every `stacks_every` s; one past
+        that is skipped and counted (the next dump, and the bye's notes, say how many)."""
+        if now < self.stacks_next_ns:
+            self.stacks_skipped += 1
+            return False
+        self.stacks_next_ns = now + int(self.config.stacks_every * 1e9)
+        self.dump_stacks(reason, request)
+        return True
+
+    def crash_stacks(self, pids: list[int] | None = None) -> None:
+        """The Python stacks faulthandler wrote as a process of the tree (each of `pids`, or
+        any) died of a fatal signal (SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL): a mark for
+        each open job."""
+        if self.rings is None:
+            return
+        crashes = stacks.crashes(self.rings.dir, pids)
+        for proc in crashes:
+            stacks.name_threads(proc, self.rings.threads_of(proc["pid"]))
+        if crashes:
+            self.emit_stacks({"reason": "crash", "request": None, "processes": crashes})
+
+    def dump_stacks(self, reason: str, request: int | None = None) -> None:
+        """Have every process of the tree that has workerscope loaded dump every thread's
+        Python stack (what the others are doing is read from /proc); sent as a mark named
+        "stacks" once read (poll_stacks), while the loop goes on sampling. One dump at a
+        time: a request meanwhile waits its turn (STACKS_QUEUED of them)."""
+        if self.closing:
+            return
+        if self.asking is not None:
+            if len(self.stacks_queue) < STACKS_QUEUED:
+                self.stacks_queue.append((reason, request))
+            else:
+                self.emit_stacks({"reason": reason, "request": request, "processes": [],
+                                  "error": f"{STACKS_QUEUED} requests for stacks wait already"})
+            return
+        sig = stacks_signal()
+        if self.rings is None or sig is None:
+            error = ("no process of this tree records spans (no ring folder): none can dump "
+                     "its stacks" if sig is not None
+                     else "WORKERSCOPE_STACKS_SIGNAL names no usable signal")
+            self.emit_stacks({"reason": reason, "request": request, "error": error,
+                              "processes": [stacks.describe(pid)
+                                            for pid in sorted(self.tree.members)]})
+            return
+        self.asking = stacks.Asking(self.rings.dir, sorted(self.tree.members), sig)
+        self.asked_for = (reason, request)
+        self.deadlines.set("stacks", time.monotonic_ns() + int(stacks.POLL_S * 1e9))
+
+    def poll_stacks(self, force: bool = False) -> None:
+        """Look at the dump under way: sent once whole (or its wait is over, or `force`),
+        and the next request begun."""
+        asking = self.asking
+        if asking is None:
+            return
+        if not asking.poll(force):
+            self.deadlines.set("stacks", time.monotonic_ns() + int(stacks.POLL_S * 1e9))
+            return
+        self.asking = None
+        reason, request = self.asked_for
+        processes = asking.processes()
+        if self.rings is not None:
+            self.drain_rings()  # the spans open now, and the threads named since the last drain
+            for proc in processes:
+                stacks.name_threads(proc, self.rings.threads_of(proc["pid"]))
+        attrs: dict[str, Any] = {"reason": reason, "request": request, "processes": processes}
+        if self.stacks_skipped:
+            attrs["skipped"] = self.stacks_skipped
+        self.emit_stacks(attrs)
+        while self.stacks_queue and self.asking is None:
+            self.dump_stacks(*self.stacks_queue.popleft())
+
+    def emit_stacks(self, attrs: dict[str, Any]) -> None:
+        """A dump of stacks as a mark named "stacks", for every open job (or the worker's
+        when none is)."""
+        now = time.monotonic_ns()
+        open_jobs: list[OpenJob | None] = [*self.jobs.values()] or [None]
+        for job in open_jobs:
+            record = protocol.SpanRecord(protocol.RECORD_MARK, None if job is None else job.job,
+                                         0, None, protocol.STACKS_MARK, now, now, self.target,
+                                         attrs, None)
+            for kind, body, _ in protocol.span_bodies(self.target, [record], []):
+                self.emit(kind, body, jobs=[] if job is None else [job])
 
     def handle(self, kind: str, body: dict[str, Any]) -> None:
         if kind != protocol.HELLO and not self.worker_id:
@@ -660,6 +802,12 @@ class Sidecar:
         if not self.worker_id:
             return 1
         self.flush_samples()
+        self.poll_stacks(force=True)
+        self.closing = True
+        if self.stacks_skipped:
+            notes = [*(notes or []), f"stacks: {self.stacks_skipped} dump(s) a trigger asked "
+                     f"for were skipped: at most one every {self.config.stacks_every:g} s "
+                     "(stacks_every)"]
         if self.outbox is None:
             return 0
         body: protocol.ByeBody = {

@@ -45,6 +45,7 @@ from ..spanring import (
     SEQ_MASK,
     WRAP,
 )
+from . import stacks
 
 # Span ends that found their ring already unmapped (the link closed under a running span).
 ends_unwritten = 0
@@ -157,7 +158,10 @@ class Writer:
         with self.lock:
             if self._thread_names.get(tid) == name:
                 return  # the C path and the pure-Python one each name a thread they meet
-            used = self._append([spanring.THREAD, tid, name], self._thread_room)
+            # With the thread's ident (what faulthandler's dump calls it): a dump of stacks
+            # names each thread from this (sidecar/stacks.py).
+            used = self._append([spanring.THREAD, tid, name, threading.get_ident()],
+                                self._thread_room)
             if used:
                 self._thread_room -= used
                 self._thread_names[tid] = name
@@ -250,11 +254,14 @@ class Writer:
         q[e] = s2
 
     def close(self) -> None:
-        """Unmap (the file stays for the sidecar, which removes it)."""
+        """Unmap (the file stays for the sidecar, which removes it); the stacks handler
+        installed for this ring's folder goes too."""
         with self.lock:
             self.closed = True
             self.q.release()
             self.mm.close()
+        if self.path is not None:
+            stacks.uninstall(os.path.dirname(self.path))
 
 
 def _ring_file(path: str, size: int) -> mmap.mmap:
@@ -315,6 +322,11 @@ _tl = threading.local()
 
 def activate(writer: Writer) -> None:
     global active, _current
+    if writer.path is not None and _current is not writer:
+        # A sidecar reads this ring: it may ask for stacks too. The thread that begins
+        # recording is named in the ring at once (a dump names its threads from there).
+        stacks.install(os.path.dirname(writer.path))
+        writer.thread(threading.get_native_id(), threading.current_thread().name)
     if fast is not None and _current is not writer:
         fast.set_ring(writer.mm, writer.gen, writer.rec * 8, writer.cap)
     _current = active = writer
@@ -450,6 +462,7 @@ def _after_fork_in_child() -> None:
     the child gets its own ring, `<child pid>.ring` in the same directory, which the sidecar
     finds as the child joins the tree."""
     global active, _current, _jobs_lock
+    stacks.forget_after_fork()
     _tl.__dict__.clear()  # the forking thread has a new tid (its depth starts again at 0)
     _open_jobs.clear()  # a forked child runs none of its parent's jobs
     _jobs_lock = threading.Lock()
