@@ -79,15 +79,15 @@ def decode(data: bytes) -> dict[str, Any]:
         te, t_ns = p.track_event, st["t"]
         track = te.track_uuid or st["track"]
         assert track in tracks, "every event's track is described before it"
+        args = {st["keys"][a.name_iid]: getattr(a, a.WhichOneof("value"))
+                for a in te.debug_annotations}
         if te.type == te.TYPE_SLICE_BEGIN:
-            args = {st["keys"][a.name_iid]: getattr(a, a.WhichOneof("value"))
-                    for a in te.debug_annotations}
             open_slices.setdefault(track, []).append((st["names"][te.name_iid], t_ns, args))
         elif te.type == te.TYPE_SLICE_END:
             name, start, args = open_slices[track].pop()
             out["slices"].append((track, name, start, t_ns - start, args))
         elif te.type == te.TYPE_INSTANT:
-            out["instants"].append((track, st["names"][te.name_iid], t_ns))
+            out["instants"].append((track, st["names"][te.name_iid], t_ns, args))
         elif te.type == te.TYPE_COUNTER:
             first = (te.double_counter_value if te.HasField("double_counter_value")
                      else te.counter_value)
@@ -127,7 +127,7 @@ def test_pftrace_holds_every_span_counter_process_and_machine(real_timeline, tmp
         (s.name, s.start_ns, s.end_ns - s.start_ns) for s in t.spans)
     side = [args for _, n, _, _, args in got["slices"] if n == "side"]
     assert side == [{"step": 3}]
-    assert [(n, ts) for _, n, ts in got["instants"]] == [(m.name, m.t_ns) for m in t.marks]
+    assert [(n, ts) for _, n, ts, _ in got["instants"]] == [(m.name, m.t_ns) for m in t.marks]
 
     (w,) = t.workers.values()
     assert got["machines"] == {0: w.host}

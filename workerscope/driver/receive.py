@@ -14,8 +14,10 @@ join the record too.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -70,8 +72,24 @@ class Receiver:
 
     # -- the receive thread ------------------------------------------------------------------
     def run(self, sock: zmq.Socket[bytes], conns: Connections, stop: threading.Event) -> None:
+        # A pipe the askers of stacks write a byte to, so that a request leaves at once, not
+        # at the poll's next timeout (ReceiveState.stacks).
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        with self.state.cond:
+            self.state.wake_fd = wake_w
+        try:
+            self._loop(sock, conns, stop, wake_r)
+        finally:
+            with self.state.cond:
+                self.state.wake_fd = None
+            os.close(wake_r)
+            os.close(wake_w)
+
+    def _loop(self, sock: zmq.Socket[bytes], conns: Connections, stop: threading.Event,
+              wake: int) -> None:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
+        poller.register(wake, zmq.POLLIN)
         backoff = 0.0
         facts_due = time.monotonic() + FACTS_S
         while not stop.is_set():
@@ -82,6 +100,9 @@ class Receiver:
                     self.state.ask_stragglers(time.monotonic())
                 ready = dict(poller.poll(POLL_MS))
                 conns.forget_ended()
+                if wake in ready:
+                    with contextlib.suppress(BlockingIOError):  # emptied already
+                        os.read(wake, 4096)
                 if self.state.stacks_asked:
                     self._ask_stacks(sock, conns)
                 if sock in ready:

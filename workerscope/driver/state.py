@@ -10,6 +10,8 @@ what it got without touching the driver's own counts.
 from __future__ import annotations
 
 import collections
+import contextlib
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -83,6 +85,7 @@ class ReceiveState:
         self.stacks_asked: collections.deque[tuple[str, int, str]] = collections.deque()
         self.stacks_got: dict[int, dict[str, Any]] = {}
         self.stacks_waited: set[int] = set()  # requests someone waits for (the rest: triggers)
+        self.wake_fd: int | None = None  # the receive thread's wake-up pipe, while it runs
         self._straggler_asked: dict[tuple[str, int], None] = {}  # jobs asked for, oldest first
         self._trigger_ids = iter(range(-1, -2**62, -1))  # triggered requests: negative ids
         self._written = Facts()  # the facts as the record has them, so far
@@ -138,6 +141,9 @@ class ReceiveState:
         with self.cond:
             self.stacks_asked.append((worker, request, reason))
             self.stacks_waited.add(request)
+            if self.wake_fd is not None:
+                with contextlib.suppress(BlockingIOError):  # full: it wakes up all the same
+                    os.write(self.wake_fd, b"!")
             try:
                 if not self.cond.wait_for(lambda: request in self.stacks_got, timeout):
                     return None

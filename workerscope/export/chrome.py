@@ -17,6 +17,7 @@ from ..units import json_safe
 from .attribution import NOT_FAILED, Attribution, attribute
 from .counters import counter_groups, counter_metrics, counter_name, group_values
 from .deaths import is_cut_short
+from .stacks import mark_args
 
 
 def _us(t_ns: int, origin: int) -> float:
@@ -78,7 +79,7 @@ def to_chrome(t: Timeline, attribution: Attribution | None = None) -> dict[str, 
     events = _names(t, host_of, pid_of)
     events += _span_events(t, attribution, origin, pid_of)
     events += [{"ph": "i", "s": "t", "name": m.name, "pid": pid_of(m.worker, m.pid), "tid": m.tid,
-                "ts": _us(m.t_ns, origin), "args": m.attrs or {}} for m in t.marks]
+                "ts": _us(m.t_ns, origin), "args": mark_args(m)} for m in t.marks]
     events += _failed_jobs(t, origin, pid_of)
     events.extend(_counters(t, origin, pid_of))
     return {

@@ -37,7 +37,18 @@ from .html_spans import (
     span_bins,
     span_columns,
 )
-from .html_tables import clip, deaths_html, esc, functions_html, header, iso, us, workers_html
+from .html_tables import (
+    clip,
+    deaths_html,
+    esc,
+    functions_html,
+    header,
+    iso,
+    stacks_html,
+    stacks_of,
+    us,
+    workers_html,
+)
 from .plotspec import PLOTS, plot_series
 
 MAX_SPANS = 500_000  # spans embedded one by one; the shortest beyond this are binned
@@ -77,6 +88,7 @@ def to_html(timeline: Timeline, title: str = "workerscope report") -> str:
         "<div id=\"cursor\"></div></div><p id=\"gantt-note\" class=\"note\"></p></section>",
         workers_html(t, wtable, data),
         deaths_html(t, data),
+        stacks_html(t, data),
         functions_html(ftable),
         "<div id=\"tip\"></div>",
         f"<script type=\"application/json\" id=\"ws-data\">{blob}</script>",
@@ -107,6 +119,8 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
         notices.append(_binned_notice(len(spans), len(keep), binned, bins))
     for m in t.marks:
         names.setdefault(m.name, len(names))
+    dumps = stacks_of(t)
+    dump_at = {id(m): k for k, m in enumerate(dumps)}
     plots, plot_notes = _plots(t, origin, order)
     notices.extend(plot_notes)
     span_us = max(us(sc.end, origin), 1)
@@ -122,8 +136,10 @@ def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
         "jobDeaths": _job_deaths(t, keep), "deaths": _death_marks(t, sc),
         "akeys": akeys, "ascale": ascale, "avals": avals,
         "bins": bins, "binned": len(binned),
-        "marks": [[sc.widx[m.worker], us(m.t_ns, origin), names[m.name]]
+        # [worker, t, name, the dump of stacks it is (its place on the page), -1 for none]
+        "marks": [[sc.widx[m.worker], us(m.t_ns, origin), names[m.name], dump_at.get(id(m), -1)]
                   for m in sorted(t.marks, key=lambda m: m.t_ns)],
+        "dumps": [str((m.attrs or {}).get("reason", ""))[:200] for m in dumps],
         "plots": plots, "counts": [len(order), len(t.jobs), len(spans)],
     }
     return data, notices

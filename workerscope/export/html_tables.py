@@ -7,11 +7,12 @@ import datetime
 import html
 from typing import Any
 
-from ..timeline import Timeline
+from ..timeline import Mark, Timeline
 from ..units import fmt_bytes, fmt_seconds
 from .attribution import DIED, cpu_basis, cpu_mark
 from .deaths import deaths, figures, headline
 from .overhead import cost_text, costs, summary
+from .stacks import is_stacks, stacks_text
 from .terminal import said_once
 
 MAX_ROWS = 300  # rows of the per-function table
@@ -122,14 +123,46 @@ def deaths_html(t: Timeline, data: dict[str, Any]) -> str:
            "cut short (a ragged end) and end at the death.</p><table class=\"tbl\"><thead><tr>"
            "<th>worker</th><th>job</th><th>at</th><th>died of</th><th>what the sidecar read</th>"
            "</tr></thead><tbody>"]
+    dumps = stacks_of(t)
     for d in died:
         told = f"<div>{esc(clip(d.job.error))}</div>" if d.job.error else ""
         told += f"<div class=\"figs\">{' · '.join(esc(f) for f in figures(d.job.death))}</div>"
+        taken = [k for k, m in enumerate(dumps) if m.worker == d.worker and m.job == d.job.id]
+        if taken:  # the stacks taken before the death (memory) or at it (a crash)
+            told += "<div>" + " · ".join(
+                f"<a href=\"#stacks-{k}\" class=\"stacks-link\">stacks: "
+                f"{esc(clip(str((dumps[k].attrs or {}).get('reason', ''))))}</a>"
+                for k in taken) + "</div>"
         out.append(f"<tr class=\"bad\"><td><code>{esc(d.worker)}</code></td>"
                    f"<td>{d.job.id} <code>{esc(d.job.name)}</code></td>"
                    f"<td class=\"num\">+{esc(fmt_seconds((d.t_ns - origin) / 1e9))}</td>"
                    f"<td><b>{esc(headline(d.cause))}</b></td><td>{told}</td></tr>")
     out.append("</tbody></table></section>")
+    return "".join(out)
+
+
+def stacks_of(t: Timeline) -> list[Mark]:
+    """The dumps of stacks in `t`, in time order (their index is their place on the page)."""
+    return sorted((m for m in t.marks if is_stacks(m)), key=lambda m: m.t_ns)
+
+
+def stacks_html(t: Timeline, data: dict[str, Any]) -> str:
+    """A section with each dump of stacks (a mark on the Gantt: click it to come here), the
+    stacks as text, folded: asked for, a straggler's, before an OOM kill, a crash's."""
+    dumps = stacks_of(t)
+    if not dumps:
+        return ""
+    origin = data["origin_ns"]
+    out = ["<section id=\"stacks\"><h2>Stacks</h2><p class=\"hint\">Every thread's Python "
+           "stack, innermost frame first, as each process's faulthandler wrote it. Click a mark "
+           "on the Gantt to open its dump.</p>"]
+    for k, m in enumerate(dumps):
+        reason = str((m.attrs or {}).get("reason", ""))
+        out.append(f"<details id=\"stacks-{k}\"><summary><code>{esc(m.worker)}</code> job "
+                   f"{esc(m.job)} at +{esc(fmt_seconds((m.t_ns - origin) / 1e9))}: "
+                   f"{esc(clip(reason))}</summary><pre>"
+                   f"{esc(stacks_text({**(m.attrs or {}), 'reason': None}))}</pre></details>")
+    out.append("</section>")
     return "".join(out)
 
 

@@ -45,6 +45,7 @@ from .attribution import NOT_FAILED
 from .chrome import span_args, split_nested
 from .counters import CounterGroup, counter_groups, counter_metrics, counter_name, track_points
 from .pftrace_packets import BOOTTIME, INT64, REALTIME, PacketSequence, Tracks, Writer
+from .stacks import mark_args
 
 
 def trace_protos() -> Any:
@@ -248,7 +249,7 @@ def _lane(seq: PacketSequence, nested: list[Span], marks: list[Mark],
                 mk = marks[i]
                 p, te = seq.event(mk.t_ns, instant, mk.name)
                 if mk.attrs:
-                    seq.annotate(p, te, _annotations(mk.attrs))
+                    seq.annotate(p, te, _annotations(mark_args(mk)))
                 i += 1
             else:
                 break

@@ -561,12 +561,41 @@ function spanTip(el, i, wk, near) {
   for (const p of parts) line(el, "  " + p);
   if (near > 1) line(el, (near - 1) + " more span(s) under the cursor in this lane; zoom in", "k");
 }
+// The mark drawn under (x, y) on the Gantt (its triangle at the top of its worker's band,
+// give or take 4 px), or null.
+function markAt(x, y) {
+  let best = null, bestD = 5;
+  for (const m of D.marks) {
+    if (y < bandY[m[0]] - 2 || y > bandY[m[0]] + 8) continue;
+    const d = Math.abs(X(gantt, m[1]) - x);
+    if (d < bestD) { best = m; bestD = d; }
+  }
+  return best;
+}
+function markTip(el, m) {
+  line(el, D.names[m[2]], "h");
+  line(el, "mark · at +" + fmtDur(Math.max(m[1], 0)) + " · worker " + W[m[0]][0]);
+  if (m[3] >= 0) {
+    line(el, "every thread's Python stack: " + D.dumps[m[3]]);
+    line(el, "click to read them", "k");
+  }
+}
+function ganttClick(x, y) {
+  const m = markAt(x, y);
+  if (!m || m[3] < 0) return;
+  const d = document.getElementById("stacks-" + m[3]);
+  if (!d) return;
+  d.open = true;
+  d.scrollIntoView();
+}
 function ganttHover(ev, c, x, y) {
   let w = -1;
   for (let j = 0; j < NW && w < 0; j++) if (y >= bandY[j] - 1 && y < bandY[j] + bandH[j] + 1) w = j;
   if (w < 0) return hideTip();
   const wk = W[w];
   if (x < LEFT) return showTip(ev, el => workerTip(el, wk));
+  const mk = markAt(x, y);
+  if (mk) return showTip(ev, el => markTip(el, mk));
   const d = Math.floor((y - bandY[w] - (bandH[w] - wk[4] * laneH) / 2) / laneH);
   if (d < 0 || d >= wk[4]) return hideTip();
   const l = laneOff[w] + d, t = T(c, x), tol = 3 * (v1 - v0) / (c.w - LEFT - RIGHT);
@@ -622,6 +651,7 @@ function attach(el, plot) {
     ev.preventDefault();
   });
   el.addEventListener("dblclick", () => { v0 = D.t0; v1 = D.t1; redraw(); });
+  if (!plot) el.addEventListener("click", ev => { const [x, y] = pos(ev); ganttClick(x, y); });
   el.addEventListener("mousemove", ev => {
     if (drag) return;
     const [x, y] = pos(ev), inside = x >= LEFT && x <= c().w - RIGHT;
@@ -659,6 +689,12 @@ if (window.ResizeObserver) new ResizeObserver(relayout).observe(stack);
 
 // For tests and scripts: where the k-th span named `name` (of a worker whose id starts with
 // `worker`, if given) is drawn on the Gantt now, in the canvas's CSS pixels; null if nowhere.
+// Where the k-th mark is drawn on the Gantt now (CSS pixels), or null if out of view.
+window.__wsMarkSpot = function (k) {
+  const m = D.marks[k];
+  if (!m || m[1] < v0 || m[1] > v1) return null;
+  return { x: X(gantt, m[1]), y: bandY[m[0]] + 2 };
+};
 window.__wsSpot = function (name, k, worker) {
   let seen = 0;
   for (let i = 0; i < N; i++) {

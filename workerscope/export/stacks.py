@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..protocol import STACKS_MARK
+from ..timeline import Mark
 from ..units import printable
 
 
@@ -49,3 +51,19 @@ def stacks_text(dump: Mapping[str, Any]) -> str:
             if thread.get("truncated"):
                 lines.append("    ...")
     return "\n".join(lines)
+
+
+def is_stacks(mark: Mark) -> bool:
+    """Whether a mark is a dump of stacks (its attrs the dump)."""
+    return mark.name == STACKS_MARK and isinstance(mark.attrs, Mapping)
+
+
+def mark_args(mark: Mark) -> dict[str, Any]:
+    """A mark's arguments in a trace (.json, .pftrace): a dump of stacks as its reason and
+    the stacks as text, which Perfetto's UI shows as they read; any other mark's attrs."""
+    if not is_stacks(mark):
+        return dict(mark.attrs or {})
+    dump = mark.attrs or {}
+    args = {k: dump[k] for k in ("reason", "error", "skipped") if dump.get(k) is not None}
+    args["stacks"] = stacks_text({**dump, "reason": None})
+    return args
