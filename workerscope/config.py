@@ -163,15 +163,16 @@ class Config:
         "each job's own peak (the lifetime peak read just before is kept in the stats)")
     stacks_memory: float = _setting(
         0.9, Scope.LINK, _fraction,
-        "take every thread's Python stack when the tree's memory reaches this share of its "
-        "memory cgroup's limit, so an OOM kill comes with what ran just before (0: never)")
+        "take every thread's Python stack when the worker's memory cgroup's working set "
+        "reaches this share of its limit, so an OOM kill comes with what ran just before; once "
+        "a crossing (0: never)")
     stacks_after: float = _setting(
         0.0, Scope.JOB, _seconds(0, 10**7),
         "take every thread's Python stack once when a job has run this many seconds (0: never)")
     stacks_every: float = _setting(
         30.0, Scope.LINK, _seconds(0, 10**7),
-        "at most one dump of stacks a trigger takes (memory, stacks_after, a straggler) every "
-        "this many seconds per worker; the ones skipped are counted in a note")
+        "each trigger (memory, stacks_after, a straggler) takes at most one dump of stacks "
+        "every this many seconds per worker; the ones skipped are counted in a note")
 
     def __repr__(self) -> str:
         """The settings, the endpoint's secret key left out."""

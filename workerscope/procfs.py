@@ -186,6 +186,24 @@ def read_status(pid: int | str, fields: dict[bytes, str] = STATUS_FIELDS) -> dic
         return parse_status(f.read(), fields)
 
 
+def catches(pid: int | str, sig: int) -> bool | None:
+    """Whether process `pid` has a handler for signal `sig` now (the SigCgt mask of
+    /proc/PID/status: a handler from Python or from C alike); None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    at = data.find(b"\nSigCgt:")
+    if at < 0:
+        return None
+    try:
+        mask = int(data[at + 8:data.index(b"\n", at + 1)].strip(), 16)
+    except ValueError:
+        return None
+    return bool(mask >> (sig - 1) & 1)
+
+
 def reset_peak(pid: int | str) -> bool:
     """Reset pid's RSS high-water mark (VmHWM) to its current RSS, so a warm worker's next job
     reports its own peak (Lithops #970). This resets it for every tool that reads it

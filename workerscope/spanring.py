@@ -50,7 +50,9 @@ from . import procfs, protocol
 from .errors import ProtocolError
 
 MAGIC = int.from_bytes(b"WSCRING\x01", "little")
-VERSION = 2  # 2: a header of 24 words, the reader's position in it (H_READ)
+# 2: a header of 24 words, the reader's position in it (H_READ); 3: THREAD entries carry
+# the thread's ident (what a faulthandler dump calls it)
+VERSION = 3
 
 HEADER_WORDS = 24
 (H_MAGIC, H_VERSION, H_CAPACITY, H_COUNTER, H_PID, H_RECORDS, H_NAMES, H_NAMES_SIZE,

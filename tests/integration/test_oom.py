@@ -369,3 +369,39 @@ def test_an_oom_kill_comes_with_the_stacks_taken_before_it(clean_env, memory_cgr
 
     text = report(t)
     assert "OOM-killed" in text and "allocates" in text
+
+
+def test_the_memory_trigger_fires_once_a_crossing(clean_env, memory_cgroup):
+    """A worker holding 75% of its cgroup's limit for 2 s, with stacks_memory 0.5 and
+    stacks_every 0.05: one dump, at the crossing, not one every 0.05 s."""
+    _, cgroup = memory_cgroup
+    with Subscriber() as sub:
+        worker = subprocess.Popen(python_script(f"""
+            import sys, time
+            from workerscope import monitor
+
+            with monitor(interval=0.05, endpoint={sub.endpoint!r}, stacks_memory=0.5,
+                         stacks_every=0.05, name="holds"):
+                print("ready", flush=True)
+                sys.stdin.readline()
+                held = bytearray({int(0.75 * LIMIT)})
+                held[::4096] = b"x" * len(held[::4096])  # touched: resident
+                time.sleep(2)
+        """), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert worker.stdout is not None and worker.stdin is not None
+            assert worker.stdout.readline() == "ready\n"
+            _write(os.path.join(cgroup, "cgroup.procs"), str(worker.pid))
+            worker.stdin.write("go\n")
+            worker.stdin.close()
+            assert worker.wait(timeout=60) == 0
+            assert sub.wait(jobs=1, byes=1, timeout=30)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+            worker.stdout.close()
+        t = sub.timeline()
+    marks = [m for m in t.marks if m.name == "stacks"]
+    assert len(marks) == 1, [m.attrs["reason"] for m in marks if m.attrs]
+    assert marks[0].attrs is not None and marks[0].attrs["reason"].startswith("memory:")

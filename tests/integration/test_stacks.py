@@ -19,8 +19,11 @@ STUCK = """
 import re, sys, threading, time
 from workerscope import monitor
 
+PATTERN = r"(a+)+$"
+re.compile(PATTERN)  # in re's cache: re.match goes straight into C
+
 def in_c_with_the_gil():
-    re.match(r"(a+)+$", "a" * 40 + "b")  # catastrophic backtracking: minutes in C
+    re.match(PATTERN, "a" * 40 + "b")  # catastrophic backtracking: minutes in C
 
 def asleep():
     time.sleep(600)
@@ -109,16 +112,22 @@ def test_stacks_of_a_worker_stuck_in_c_with_the_gil(clean_env, user, tmp_path):
             assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
             assert sub.wait(started=1, timeout=30)
             (wid,) = sub.received
-            asked = time.monotonic()
-            dump = sub.stacks(wid, timeout=10)
-            took = time.monotonic() - asked
-            assert dump is not None and "error" not in dump, dump
-            innermost = _functions(dump)
-            assert {"match", "asleep", "deep"} <= innermost, dump
-            deep_thread = next(t for p in dump["processes"] for t in p.get("threads", ())
-                               if t["frames"] and t["frames"][0]["function"] == "deep")
-            assert len(deep_thread["frames"]) >= 40
-            assert took < 5, took  # generous: a loaded machine; the benchmark measures it
+            # "ready" comes a moment before the threads are where they park: ask until they
+            # are, each answer within 1 s of its request on an idle machine (5 s allowed
+            # here for a loaded one; the benchmark measures it).
+            deadline = time.monotonic() + 30
+            while True:
+                asked = time.monotonic()
+                dump = sub.stacks(wid, timeout=10)
+                took = time.monotonic() - asked
+                assert dump is not None and "error" not in dump, dump
+                assert took < 5, took
+                deep = [t for p in dump["processes"] for t in p.get("threads", ())
+                        if t["frames"] and t["frames"][0]["function"] == "deep"]
+                if ({"match", "asleep", "deep"} <= _functions(dump) and deep
+                        and len(deep[0]["frames"]) >= 40):
+                    break
+                assert time.monotonic() < deadline, dump
             t = sub.timeline()
         finally:
             worker.kill()
@@ -126,8 +135,9 @@ def test_stacks_of_a_worker_stuck_in_c_with_the_gil(clean_env, user, tmp_path):
             if worker.stdout is not None:
                 worker.stdout.close()
     marks = [m for m in t.marks if m.name == "stacks"]
-    assert len(marks) == 1 and marks[0].attrs is not None
-    assert {"match", "asleep", "deep"} <= _functions(marks[0].attrs)
+    assert marks and marks[-1].attrs is not None
+    assert {"match", "asleep", "deep"} <= _functions(marks[-1].attrs)
+    assert marks[-1].attrs["request"] == dump["request"]
 
 
 CRASH = """

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_deaths import OOM, S, T0, death_timeline
+from test_deaths import OOM, T0, S, death_timeline
 from test_html import _Dom, chromium, open_page
 from test_pftrace import decode
 

@@ -233,9 +233,21 @@ def _running_stacks(sub: Subscriber) -> str:
     running = [w for w, state in sub.states().items() if state == "running"]
     if not running:
         return "no worker is running a job\n"
+    asked = running[:STACKS_ASKED]
+    got: dict[str, dict[str, Any] | None] = {}
+
+    def ask(wid: str) -> None:
+        got[wid] = sub.stacks(wid, timeout=3.0, reason="asked from listen --live")
+
+    # All at once: the view waits 3 s at most, however many are asked.
+    threads = [threading.Thread(target=ask, args=(wid,), daemon=True) for wid in asked]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(4.0)
     out = []
-    for wid in running[:STACKS_ASKED]:
-        dump = sub.stacks(wid, timeout=3.0, reason="asked from listen --live")
+    for wid in asked:
+        dump = got.get(wid)
         out.append(printable(f"{wid}:") + "\n" + (
             "  no answer within 3 s" if dump is None else stacks_text(dump)))
     if len(running) > STACKS_ASKED:

@@ -17,7 +17,7 @@ from typing import Any
 from .. import protocol
 from ..builder import MAX_NAME, bounded_text
 from ..protocol import Status
-from ..timeline import Worker, is_straggler
+from ..timeline import Worker, is_straggler, straggler_limit
 
 # Durations of this many most recent jobs make the median a running job is judged against.
 KEEP_JOBS = 1000
@@ -75,13 +75,12 @@ class LiveState:
 
     def stragglers(self, now: float) -> list[tuple[str, int, float, float]]:
         """Running jobs that cross the straggler rule now: (worker, job, seconds running, the
-        median of the jobs done)."""
-        done = sorted(self.job_seconds)
-        if not done:
+        time the rule puts the line at). The line is worked out once for all of them."""
+        limit = straggler_limit(self.job_seconds)
+        if limit is None:
             return []
-        median = done[len(done) // 2]
-        return [(wid, job, now - t0, median) for wid, w in self.workers.items()
-                for job, (_, t0) in w.jobs.items() if is_straggler(now - t0, done)]
+        return [(wid, job, now - t0, limit) for wid, w in self.workers.items()
+                for job, (_, t0) in w.jobs.items() if now - t0 > limit]
 
     def open_jobs(self, wid: str) -> int:
         w = self.workers.get(wid)

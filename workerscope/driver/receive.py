@@ -280,14 +280,15 @@ class Receiver:
         self.state.cond.notify_all()
 
     def _mark(self, frame: protocol.Frame) -> None:
-        """A dump of stacks someone is waiting for (Subscriber.stacks): handed over by its id."""
+        """A dump of stacks someone is waiting for (Subscriber.stacks): handed over by its id,
+        from the worker it was asked of only."""
         st = self.state
         for record in frame.body.get("records") or ():
             if (isinstance(record, (list, tuple)) and len(record) > 8
                     and record[4] == protocol.STACKS_MARK and isinstance(record[8], dict)):
                 request = record[8].get("request")
-                if is_int(request) and request in st.stacks_waited:
-                    st.stacks_got[request] = {"worker": frame.worker, **record[8]}
+                if is_int(request) and st.stacks_waited.get(request) == frame.worker:
+                    st.stacks_got[request] = {**record[8], "worker": frame.worker}
                     st.cond.notify_all()
 
     def _heartbeat(self, frame: protocol.Frame) -> None:

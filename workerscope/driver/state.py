@@ -25,7 +25,7 @@ from ..record import FACTS, Facts, NoteBudget, RecordWriter
 from .live import LiveState
 from .replies import Replies
 
-MAX_STRAGGLERS_ASKED = 10_000  # jobs whose stacks were taken as stragglers, remembered
+MAX_STRAGGLERS_ASKED = 100  # stragglers' stacks asked for in one pass (about a second)
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,8 @@ class ReceiveState:
         # thread to send, and the dumps that came back, by request id (taken by the asker).
         self.stacks_asked: collections.deque[tuple[str, int, str]] = collections.deque()
         self.stacks_got: dict[int, dict[str, Any]] = {}
-        self.stacks_waited: set[int] = set()  # requests someone waits for (the rest: triggers)
+        # Requests someone waits for, and the worker each was sent to (the rest: triggers).
+        self.stacks_waited: dict[int, str] = {}
         self.wake_fd: int | None = None  # the receive thread's wake-up pipe, while it runs
         self._straggler_asked: dict[tuple[str, int], None] = {}  # jobs asked for, oldest first
         self._trigger_ids = iter(range(-1, -2**62, -1))  # triggered requests: negative ids
@@ -140,7 +141,7 @@ class ReceiveState:
         """See Subscriber.stacks."""
         with self.cond:
             self.stacks_asked.append((worker, request, reason))
-            self.stacks_waited.add(request)
+            self.stacks_waited[request] = worker
             if self.wake_fd is not None:
                 with contextlib.suppress(BlockingIOError):  # full: it wakes up all the same
                     os.write(self.wake_fd, b"!")
@@ -149,23 +150,28 @@ class ReceiveState:
                     return None
                 return self.stacks_got.pop(request)
             finally:
-                self.stacks_waited.discard(request)
+                self.stacks_waited.pop(request, None)
                 self.stacks_got.pop(request, None)
 
     def ask_stragglers(self, now: float) -> None:
-        """A running job that crosses the straggler rule gets its stacks taken, once: its
-        worker's sidecar sends them as a mark, which the record keeps (the receive thread,
-        about once a second)."""
+        """A running job that crosses the straggler rule gets its stacks taken, once while it
+        straggles: its worker's sidecar sends them as a mark, which the record keeps (the
+        receive thread, about once a second; at most MAX_STRAGGLERS_ASKED new ones a pass)."""
         with self.cond:
-            for wid, job, running, median in self.live.stragglers(now):
-                if (wid, job) in self._straggler_asked:
+            running = self.live.stragglers(now)
+            asked = {(wid, job): None for wid, job, _, _ in running
+                     if (wid, job) in self._straggler_asked}  # those still straggling
+            new = 0
+            for wid, job, ran, limit in running:
+                if (wid, job) in asked or new >= MAX_STRAGGLERS_ASKED:
                     continue
-                self._straggler_asked[(wid, job)] = None
-                if len(self._straggler_asked) > MAX_STRAGGLERS_ASKED:
-                    del self._straggler_asked[next(iter(self._straggler_asked))]
+                asked[(wid, job)] = None
+                new += 1
                 self.stacks_asked.append((wid, next(self._trigger_ids),
-                                          f"straggler: job {job} running {running:.1f} s, the "
-                                          f"median job {median:.1f} s"))
+                                          f"straggler: job {job} running {ran:.1f} s, over "
+                                          f"the straggler line of {limit:.1f} s (1.5x the "
+                                          "median job)"))
+            self._straggler_asked = asked
 
     def states(self) -> dict[str, str]:
         """See Subscriber.states."""

@@ -171,9 +171,11 @@ class DeathWatch:
                 self._follow_cgroup()
 
     def memory(self) -> tuple[int, int] | None:
-        """(usage, limit) in bytes of the memory cgroup the worker was last seen in, the
-        limit the lowest of it and its ancestors' (read again every LIMIT_REREAD_S); None
-        where it has no limit or is not readable."""
+        """(working set, limit) in bytes of the memory cgroup the worker was last seen in:
+        its usage less the page cache the kernel would reclaim first (inactive_file), as
+        the kernel's own OOM heuristics and container tools count it; the limit the lowest
+        of it and its ancestors' (read again every LIMIT_REREAD_S). None where it has no
+        limit or is not readable."""
         if not self.cgroups:
             return None
         where = next(reversed(self.cgroups))
@@ -186,7 +188,9 @@ class DeathWatch:
         if not limit:
             return None
         usage = cgroup.read_int(os.path.join(where, usage_file))
-        return None if usage is None else (usage, limit)
+        if usage is None:
+            return None
+        return max(0, usage - _inactive_file(where, version)), limit
 
     def _cgroup_dir(self) -> tuple[int, str] | None:
         return cgroup.memory_dir(self.pid, self.mounts)
@@ -298,6 +302,19 @@ class DeathWatch:
                            ("cgroup_peak_bytes", cgroup.read_int(os.path.join(where, peak_file)))):
             if value is not None:
                 figures[key] = value
+
+
+def _inactive_file(where: str, version: int) -> int:
+    """The cgroup's inactive page cache (memory.stat), 0 if unreadable."""
+    key = b"inactive_file " if version == 2 else b"total_inactive_file "
+    try:
+        with open(os.path.join(where, "memory.stat"), "rb") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line[len(key):])
+    except (OSError, ValueError):
+        return 0
+    return 0
 
 
 def _effective_limit(where: str, limit_file: str, mount_point: str) -> int | None:

@@ -116,8 +116,9 @@ class Sidecar:
         self.asking: stacks.Asking | None = None
         self.asked_for: tuple[str, int | None] = ("", None)  # (reason, request id)
         self.stacks_queue: collections.deque[tuple[str, int | None]] = collections.deque()
-        self.stacks_next_ns = 0
+        self.stacks_next: dict[str, int] = {}  # trigger kind -> monotonic ns it may fire again
         self.stacks_skipped = 0
+        self.memory_armed = True  # the memory trigger fires at a crossing, once
         self.closing = False  # the bye is sent: nothing more is asked of the tree
         self.seq = -1
         self.hello = b""
@@ -549,6 +550,8 @@ class Sidecar:
             status = Status.KILLED
             notes.append(f"died inside a job: {death.error}")
         else:
+            self.poll_stacks(force=True)
+            self.crash_stacks()  # a process that died of a fatal signal between jobs
             self.drain_rings(final=True, now=gone)
             status = Status.EXITED if closed else Status.ENDED
         return self.bye(status, notes)
@@ -675,38 +678,46 @@ class Sidecar:
                 if not isinstance(request, int) or isinstance(request, bool):
                     request = None
                 if request is not None and request < 0:  # the driver's trigger: a straggler
-                    self.trigger(reason, time.monotonic_ns(), request)
+                    self.trigger("straggler", reason, time.monotonic_ns(), request)
                 else:
                     self.dump_stacks(reason, request)
 
     # -- stacks (sidecar/stacks.py) -----------------------------------------------------------
     def stacks_triggers(self, now: int) -> None:
         """At each sample: a job that has run `stacks_after` s, or the worker's memory cgroup
-        at `stacks_memory` of its limit (so that an OOM kill comes with what the job was
-        doing just before) takes a dump of stacks, within `stacks_every`."""
-        if not self.jobs or now < self.stacks_next_ns:
-            return  # a job's stacks_after waits for its turn: it is taken late, not dropped
+        reaching `stacks_memory` of its limit (so that an OOM kill comes with what the job was
+        doing just before) takes a dump of stacks. The memory trigger fires once each time
+        the working set crosses the line, again only once it fell 5% of the limit below."""
+        if not self.jobs:
+            return
         for job in self.jobs.values():
             if job.stacks_at and now >= job.stacks_at:
-                job.stacks_at = 0
                 ran = (now - int(job.start.get("t", now))) / 1e9
-                self.trigger(f"stacks_after: job {job.job} ({job.name[:100]}) has run "
-                             f"{ran:.1f} s", now)
-                return
+                if self.trigger("stacks_after", f"stacks_after: job {job.job} "
+                                f"({job.name[:100]}) has run {ran:.1f} s", now):
+                    job.stacks_at = 0  # else it waits its turn: taken late, not dropped
+                break
         fraction = self.config.stacks_memory
         memory = self.watch.memory() if fraction else None
-        if memory is not None and memory[0] >= fraction * memory[1]:
-            used, limit = memory
-            self.trigger(f"memory: its cgroup holds {fmt_bytes(used)}, {used / limit:.0%} of "
-                         f"its limit of {fmt_bytes(limit)} (stacks_memory {fraction:g})", now)
+        if memory is None:
+            return
+        used, limit = memory
+        if used < (fraction - 0.05) * limit:
+            self.memory_armed = True
+        elif used >= fraction * limit and self.memory_armed:
+            self.memory_armed = False
+            self.trigger("memory", f"memory: its cgroup holds {fmt_bytes(used)}, "
+                         f"{used / limit:.0%} of its limit of {fmt_bytes(limit)} "
+                         f"(stacks_memory {fraction:g})", now)
 
-    def trigger(self, reason: str, now: int, request: int | None = None) -> bool:
-        """A dump of stacks no one asked for, at most one every `stacks_every` s; one past
-        that is skipped and counted (the next dump, and the bye's notes, say how many)."""
-        if now < self.stacks_next_ns:
+    def trigger(self, kind: str, reason: str, now: int, request: int | None = None) -> bool:
+        """A dump of stacks no one asked for, at most one of each kind (memory,
+        stacks_after, straggler) every `stacks_every` s; one past that is skipped and
+        counted (the next dump, and the bye's notes, say how many)."""
+        if now < self.stacks_next.get(kind, 0):
             self.stacks_skipped += 1
             return False
-        self.stacks_next_ns = now + int(self.config.stacks_every * 1e9)
+        self.stacks_next[kind] = now + int(self.config.stacks_every * 1e9)
         self.dump_stacks(reason, request)
         return True
 
@@ -774,7 +785,8 @@ class Sidecar:
 
     def emit_stacks(self, attrs: dict[str, Any]) -> None:
         """A dump of stacks as a mark named "stacks", for every open job (or the worker's
-        when none is)."""
+        when none is), cut to fit a frame."""
+        stacks.fit(attrs)
         now = time.monotonic_ns()
         open_jobs: list[OpenJob | None] = [*self.jobs.values()] or [None]
         for job in open_jobs:

@@ -9,6 +9,7 @@ namespace.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
@@ -17,13 +18,20 @@ from typing import Any
 
 from .. import procfs
 
+log = logging.getLogger("workerscope")
+
 SUFFIX = ".stacks"  # worker/stacks.py writes a process's dumps in <ring folder>/<pid>.stacks
 CRASH_SUFFIX = ".crash"  # and faulthandler's output at a fatal signal in <pid>.crash
 REFUSED_SUFFIX = ".nostacks"  # or, where it could not install its handler, why
 WAIT_S = 1.0  # for every process's dump to be written
-QUIET_S = 0.02  # a dump is whole once its file has not grown for this long
+# A dump is taken as whole once its file has not grown for this long: faulthandler writes it
+# in one go from the signal handler, a few write() calls a frame; 50 ms rides out a
+# preemption or a cgroup's CPU throttling in the middle of it.
+QUIET_S = 0.05
 POLL_S = 0.005  # how often a dump under way is looked at
-MAX_DUMP_BYTES = 256 * 1024
+MAX_DUMP_BYTES = 4 << 20  # read of one dump (faulthandler: 100 threads x 100 frames, ~2 MB)
+MAX_MARK_BYTES = 512 << 10  # a whole dump's mark, encoded: well inside a frame (1 MiB)
+MAX_COMMAND = 1024  # characters of a command line described
 MAX_THREADS = 100
 MAX_FRAMES = 40  # read of one process's dump (faulthandler: 100 threads x 100 frames)
 _THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-f]+) \(most recent call first\):$")
@@ -73,6 +81,12 @@ class Asking:
             except OSError:
                 self.others.append(_cannot_dump(directory, pid))
                 continue
+            if procfs.catches(pid, sig) is not True:
+                # Its file outlived its handler (an exec, a ring closed, the interpreter
+                # ending): the signal's default action would end the process.
+                self.others.append({**describe(pid), "threads": [], "error":
+                                    "its stacks handler is not installed now: not signalled"})
+                continue
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
@@ -100,6 +114,7 @@ class Asking:
             elif size > start and now - self._quiet_since.get(pid, now) >= QUIET_S:
                 self.dumped[pid] = _read(pid, path, start, size)
                 del self._files[pid]
+                _empty(path, size)
         if self._files and now < self.deadline and not force:
             return False
         for pid, (path, start) in self._files.items():  # late, or never: what is there
@@ -108,6 +123,7 @@ class Asking:
                     else f"no whole dump within {self.wait_s:g} s of the signal")
             self.dumped[pid] = ({**_read(pid, path, start, size), "error": late} if size > start
                                 else {"pid": pid, "threads": [], "error": late + " (none)"})
+            _empty(path, size)
         self._files.clear()
         return True
 
@@ -166,12 +182,60 @@ def name_threads(proc: dict[str, Any], named: dict[int, dict[str, Any]]) -> None
         thread.update(named.get(ident, {}))
 
 
+def fit(attrs: dict[str, Any], budget: int = MAX_MARK_BYTES) -> None:
+    """Cut a dump's processes to fit `budget` bytes encoded: fewer frames a thread (the
+    innermost kept), then fewer threads a process, then fewer processes; `cut` says what went."""
+    import msgpack
+
+    def size() -> int:
+        return len(msgpack.packb(attrs, default=repr))
+
+    if size() <= budget:
+        return
+    procs: list[dict[str, Any]] = attrs.get("processes") or []
+    frames = MAX_FRAMES
+    while frames > 1 and size() > budget:
+        frames //= 2
+        for proc in procs:
+            proc["threads"] = [t if len(t["frames"]) <= frames
+                               else {**t, "frames": t["frames"][:frames], "truncated": True}
+                               for t in proc.get("threads") or ()]
+    threads = MAX_THREADS
+    while threads > 1 and size() > budget:
+        threads //= 2
+        for proc in procs:
+            if len(proc.get("threads") or ()) > threads:
+                proc["threads_cut"] = proc.get("threads_cut", 0) + len(proc["threads"]) - threads
+                proc["threads"] = proc["threads"][:threads]
+    dropped = 0
+    while len(procs) > 1 and size() > budget:
+        procs.pop()
+        dropped += 1
+    attrs["cut"] = (f"cut to fit a frame: at most {frames} frame(s) a thread, {threads} "
+                    f"thread(s) a process" + (f", {dropped} process(es) left out" if dropped
+                                              else ""))
+
+
 def trim(threads: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """At most MAX_THREADS threads of MAX_FRAMES innermost frames each: a dump's mark stays
-    well inside a frame (100 threads of 100 frames would be ~1.2 MB)."""
+    """At most MAX_THREADS threads of MAX_FRAMES innermost frames each (faulthandler writes
+    up to 100 of 100, ~2 MB with long paths); fit() then holds the whole mark to a budget."""
     return [t if len(t["frames"]) <= MAX_FRAMES
             else {**t, "frames": t["frames"][:MAX_FRAMES], "truncated": True}
             for t in threads[:MAX_THREADS]]
+
+
+def _empty(path: str, size: int) -> None:
+    """Empty a dump's file once read, so that it never grows past one dump (the process
+    writes with O_APPEND: its next dump starts at 0). Not if it grew meanwhile."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_size == size:
+                os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        log.debug("could not empty %s: %s", path, err)
 
 
 def _read(pid: int, path: str, start: int, end: int) -> dict[str, Any]:
@@ -205,7 +269,8 @@ def describe(pid: int) -> dict[str, Any]:
     unreadable: list[str] = []
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            out["command"] = f.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            out["command"] = f.read(MAX_COMMAND).replace(b"\0", b" ").decode(
+                "utf-8", "replace").strip()
     except OSError as err:
         unreadable.append(f"command ({err.strerror})")
     try:

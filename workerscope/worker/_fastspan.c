@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LAYOUT 2
+#define LAYOUT 3
 #define H_COUNTER 3
 #define RECORD_WORDS 6
 #define F_END 4

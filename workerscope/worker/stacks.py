@@ -27,12 +27,14 @@ import os
 import signal
 from typing import IO
 
+from .. import procfs
 from ..config import process_variable, stacks_signal
 
 log = logging.getLogger("workerscope")
 
 SIGNAL_VARIABLE = "WORKERSCOPE_STACKS_SIGNAL"
 SUFFIX = ".stacks"
+FATAL = (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT, signal.SIGILL)
 REFUSED_SUFFIX = ".nostacks"
 _installed: dict[int, tuple[int, IO[bytes], str]] = {}  # pid -> (signal, its file, the folder)
 _refused: dict[int, str] = {}  # pid -> why nothing was installed
@@ -58,21 +60,27 @@ def install(directory: str) -> None:
         current = signal.getsignal(sig)
     except ValueError:
         current = None
-    if current is None:
-        # A handler installed from C (or none Python can tell): leave it alone.
+    if current is None or (current in (signal.SIG_DFL, signal.SIG_IGN)
+                           and procfs.catches("self", sig)):
+        # A handler installed from C (Python's own table does not know it): leave it alone.
         _refuse(directory, pid, f"signal {sig} has a handler installed from C code (not "
                                 f"replaced): set {SIGNAL_VARIABLE} to a signal the job leaves "
                                 "alone")
         return
+    path = os.path.join(directory, f"{pid}{SUFFIX}")
     try:
-        path = os.path.join(directory, f"{pid}{SUFFIX}")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
+        # Made under another name and renamed once the handler is in: a process with a
+        # <pid>.stacks file always has its handler (the sidecar checks again before each
+        # signal: an exec or a closed ring takes the handler away). O_APPEND: the sidecar
+        # empties the file after each dump it reads, and the next dump starts at 0.
+        fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         f = os.fdopen(fd, "wb", buffering=0)
         # Chained only to a handler of the job's: chained to SIG_DFL, the dump would be
         # followed by the signal's default action, the process's end.
         chain = current not in (signal.SIG_DFL, signal.SIG_IGN)
         faulthandler.register(sig, file=f, all_threads=True, chain=chain)
+        os.rename(path + ".new", path)
     except (OSError, RuntimeError, ValueError) as err:
         _refuse(directory, pid, f"could not install the stacks handler: {err}")
         return
@@ -105,6 +113,12 @@ def _enable_crash(directory: str, pid: int) -> None:
     global _crash_file
     if faulthandler.is_enabled() and _crash_file is None:
         return
+    taken = [s.name for s in FATAL if signal.getsignal(s) in (signal.SIG_DFL, signal.SIG_IGN)
+             and procfs.catches("self", s)]
+    if taken:  # a runtime of the job's own (a JVM) catches these from C: left alone
+        log.info("workerscope: %s handled from C in this process: no crash stacks here",
+                 ", ".join(taken))
+        return
     try:
         fd = os.open(os.path.join(directory, f"{pid}.crash"),
                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -131,6 +145,10 @@ def uninstall(directory: str) -> None:
     sig, f, _ = _installed.pop(os.getpid())
     faulthandler.unregister(sig)
     f.close()
+    try:  # no file, no signal: the sidecar never signals a process without its handler
+        os.unlink(os.path.join(directory, f"{os.getpid()}{SUFFIX}"))
+    except OSError:
+        log.debug("workerscope: the stacks file in %s was gone already", directory)
     if _crash_file is not None:
         faulthandler.disable()
         _crash_file.close()
