@@ -317,3 +317,70 @@ def test_a_crash_in_the_tree_is_in_the_partial_record_after_kill_9_of_run(clean_
         proc.communicate(timeout=60)
     t = load(str(partial))
     assert "crashes_here" in _crash_frames(t)
+
+
+PARKED_IN_A_SPAN = """
+import sys
+from workerscope import monitor, span
+
+def parked_here():
+    sys.stdin.readline()
+
+with monitor(interval=0.1, endpoint={endpoint!r}, name="parked"):
+    with span("waiting for input"):
+        print("ready", flush=True)
+        parked_here()
+"""
+
+
+def test_the_s_key_of_listen_live_shows_the_running_workers_stacks(clean_env):
+    """`listen --live` on a terminal (a real pty): pressing s shows what each running worker
+    is doing, its threads named with the span they are in; the terminal's mode is restored
+    when listen ends."""
+    import pty
+    import select
+    import termios
+
+    primary, secondary = pty.openpty()
+    before = termios.tcgetattr(secondary)
+    listen = subprocess.Popen([sys.executable, "-m", "workerscope", "listen", "--live"],
+                              stdin=secondary, stdout=secondary, stderr=subprocess.PIPE)
+    screen = b""
+
+    def read_until(needle: bytes, timeout: float = 30) -> None:
+        nonlocal screen
+        deadline = time.monotonic() + timeout
+        while needle not in screen:
+            left = deadline - time.monotonic()
+            assert left > 0, screen[-2000:].decode(errors="replace")
+            if select.select([primary], [], [], left)[0]:
+                screen += os.read(primary, 65536)
+
+    worker = None
+    try:
+        read_until(b"listening on ")
+        read_until(b"\n", 10)
+        line = screen[screen.index(b"listening on "):].split(b"\n")[0]
+        endpoint = line.split()[-1].decode().strip()
+        worker = subprocess.Popen(python_script(PARKED_IN_A_SPAN.format(endpoint=endpoint)),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+        read_until(b"running", 30)  # the worker shows as running in the view
+        read_until(b"press s", 10)
+        screen = b""
+        os.write(primary, b"s")
+        read_until(b"parked_here", 30)
+        assert b"MainThread" in screen and b"in span waiting for input" in screen, screen
+    finally:
+        if worker is not None:
+            worker.kill()
+            worker.wait()
+            if worker.stdout is not None:
+                worker.stdout.close()
+        listen.send_signal(signal.SIGINT)
+        listen.wait(timeout=30)
+        if listen.stderr is not None:
+            listen.stderr.close()
+    assert termios.tcgetattr(secondary) == before  # cbreak mode undone
+    os.close(primary)
+    os.close(secondary)
