@@ -10,6 +10,7 @@ from typing import Any
 from ..timeline import Mark, Timeline
 from ..units import fmt_bytes, fmt_seconds
 from .attribution import DIED, cpu_basis, cpu_mark
+from .creep import creep_lines, memory_creep
 from .deaths import deaths, figures, headline
 from .overhead import cost_text, costs, summary
 from .stacks import is_stacks, stacks_text
@@ -70,6 +71,11 @@ def header(t: Timeline, title: str, data: dict[str, Any], notices: list[str]) ->
         out.extend(f"<li class=\"bad\"><code>{esc(wid)}</code>: error: {esc(e)}</li>"
                    for wid, e in errors)
         out.append("</ul></details>")
+    crept = creep_lines(memory_creep(t))
+    if crept:
+        out.append("<ul class=\"notices bad\">")
+        out.extend(f"<li>{esc(line)}</li>" for line in crept)
+        out.append("</ul>")
     if notices:
         out.append("<ul class=\"notices\">")
         out.extend(f"<li>{esc(n)}</li>" for n in notices)

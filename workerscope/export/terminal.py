@@ -27,6 +27,7 @@ from .attribution import (
     function_table,
     workers_table,
 )
+from .creep import creep_lines, memory_creep
 from .deaths import Death, by_worker, deaths, figures, is_cut_short
 from .lanes import layout
 from .overhead import cost_text, costs, summary
@@ -397,6 +398,10 @@ def report(t: Timeline, width: int = 80, color: bool = False,
     taken = stacks_section(t)
     if taken:
         parts.append(taken)
+    crept = creep_lines(memory_creep(t))
+    if crept:
+        parts.append("memory creep:\n" + "".join(
+            f"{line}\n" for c in crept for line in _wrap([c], width, "  ")))
     parts.append(functions_table(t, width=width))
     notes = [line for who, n in said_once(t, short_worker)
              for line in _wrap([f"{who}: {n}"], width, "  ")]
