@@ -32,3 +32,13 @@ def wait_then_sleep(flag_path, seconds):
         f.write(str(os.getpid()))
     time.sleep(seconds)
     return "done"
+
+
+def sleeps_a_second(k):
+    """A job of 1 s that says when it started (wall ns, this host's clock) and where."""
+    import os
+    import time
+
+    started = time.time_ns()
+    time.sleep(1.0)
+    return {"k": k, "started": started, "pid": os.getpid()}

@@ -450,6 +450,9 @@ class TimelineBuilder:
         job_id = int(b["job"])
         job = {"id": job_id, "name": bounded_text(b["name"], MAX_NAME), "start": self._wall(wid, b["t"]),
                "pid": int(b["pid"]), "tid": None if tid is None else int(tid)}
+        submitted = b.get("submitted")
+        if type(submitted) is int and -_INT64 <= submitted < _INT64:
+            job["submitted"] = submitted  # wall ns, the submitter's (the driver's) clock
         self._open_jobs[(wid, job_id)] = job
 
     def _on_job_end(self, wid: str, b: dict[str, Any]) -> None:
@@ -713,7 +716,7 @@ def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, sta
     hold the traceback of what the job raised, as a span's do)."""
     err = None if error is None else str(error)
     t.jobs.append(Job(wid, job["id"], job["name"], job["start"], end, status, err, job["pid"],
-                      job["tid"], stats, death))
+                      job["tid"], stats, death, job.get("submitted")))
     attrs: dict[str, Any] = {"status": status, **(stats or {})}
     if tb:
         attrs["traceback"] = tb

@@ -161,6 +161,7 @@ class JobStartBody(TypedDict):
     pid: int
     tid: int | None
     anchor: NotRequired[list[int]]  # for a driver that missed the hello
+    submitted: NotRequired[int]  # wall ns the job was submitted at (profiled.queued())
 
 
 class JobEndBody(TypedDict):

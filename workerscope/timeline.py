@@ -64,6 +64,14 @@ class Job:
     # How its worker died inside it (cause, signal or exit status, OOM figures): the sidecar's
     # evidence, see docs/METRICS.md. Last, with a default: older .wsc rows still load.
     death: dict[str, Any] | None = None
+    # When it was submitted (profiled.queued()), on the driver's clock: its queue time is
+    # start_ns - submitted_ns. Last, with a default: older .wsc rows still load.
+    submitted_ns: int | None = None
+
+    @property
+    def queued_ns(self) -> int | None:
+        """How long it waited between its submit and its start (None if not known)."""
+        return None if self.submitted_ns is None else max(self.start_ns - self.submitted_ns, 0)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,8 @@ def decode(data: bytes) -> dict[str, Any]:
     trace.ParseFromString(data)
     seqs: dict[int, dict[str, Any]] = {}
     tracks: dict[int, Any] = {}
-    out: dict[str, Any] = {"slices": [], "instants": [], "counters": {}, "machines": {}}
+    out: dict[str, Any] = {"slices": [], "instants": [], "counters": {}, "machines": {},
+                           "flows_out": [], "flows_in": []}
     open_slices: dict[int, list[tuple[str, int, dict[str, Any]]]] = {}
     for p in trace.packet:
         if p.HasField("system_info"):
@@ -81,6 +82,8 @@ def decode(data: bytes) -> dict[str, Any]:
         assert track in tracks, "every event's track is described before it"
         args = {st["keys"][a.name_iid]: getattr(a, a.WhichOneof("value"))
                 for a in te.debug_annotations}
+        out["flows_out"].extend(te.flow_ids)
+        out["flows_in"].extend(te.terminating_flow_ids)
         if te.type == te.TYPE_SLICE_BEGIN:
             open_slices.setdefault(track, []).append((st["names"][te.name_iid], t_ns, args))
         elif te.type == te.TYPE_SLICE_END:

@@ -14,7 +14,7 @@ from .creep import creep_lines, memory_creep
 from .deaths import deaths, figures, headline
 from .overhead import cost_text, costs, summary
 from .stacks import is_stacks, stacks_text
-from .terminal import said_once
+from .terminal import queue_share, said_once
 
 MAX_ROWS = 300  # rows of the per-function table
 MAX_TEXT = 2_000  # characters of one span's attrs or error kept for the tooltip
@@ -71,6 +71,11 @@ def header(t: Timeline, title: str, data: dict[str, Any], notices: list[str]) ->
         out.extend(f"<li class=\"bad\"><code>{esc(wid)}</code>: error: {esc(e)}</li>"
                    for wid, e in errors)
         out.append("</ul></details>")
+    share = queue_share(t)
+    if share is not None:
+        out.append(f"<p class=\"meta\">queued: <b>{share[0]:.0%}</b> of the jobs' time from "
+                   f"submit to end was spent waiting to start ({esc(fmt_seconds(share[1]))} of "
+                   f"{esc(fmt_seconds(share[2]))}, {share[3]:,} job(s) with a submit time)</p>")
     crept = creep_lines(memory_creep(t))
     if crept:
         out.append("<ul class=\"notices bad\">")

@@ -88,8 +88,11 @@ def _write(t: Timeline, w: Writer) -> None:
     for wid in sorted(procs, key=lambda x: (rank.get(x, len(rank)), x)):
         tree.worker(wid, procs[wid], threads, by_proc)
     tree.hosts(devices)
-    _slices(t, w, tree.tracks, tree.thread_track, t0)
+    flows = {(j.worker, j.pid, j.id): k for k, j in enumerate(
+        (j for j in t.jobs if j.submitted_ns is not None), start=1)}
+    _slices(t, w, tree.tracks, tree.thread_track, t0, flows)
     _failed_jobs(t, w, tree.worker_track, machines.of, t0)
+    _submits(t, w, tree.worker_track, machines.of, t0, flows)
     for g, m, uuids in tree.counters:
         _counter_events(w, g, m, uuids, t0)
 
@@ -211,7 +214,8 @@ class _TrackTree:
 
 
 def _slices(t: Timeline, w: Writer, tracks: Tracks,
-            thread_track: dict[tuple[str, int, int], tuple[int, int, int]], t0: int) -> None:
+            thread_track: dict[tuple[str, int, int], tuple[int, int, int]], t0: int,
+            flows: dict[tuple[str, int, int], int]) -> None:
     """Each thread's spans and marks on its track; spans that overlap without nesting (async
     tasks on one event loop) on further tracks beside it, as many as they need."""
     jobs = {(j.worker, j.pid, j.id): j for j in t.jobs}
@@ -224,15 +228,15 @@ def _slices(t: Timeline, w: Writer, tracks: Tracks,
     for key, (uuid, m, parent) in thread_track.items():
         nested, rest = split_nested(spans.get(key, []))
         _lane(_sequence(w, m, t0, uuid), nested, sorted(marks.get(key, []), key=lambda mk: mk.t_ns),
-              jobs)
+              jobs, flows)
         while rest:
             nested, rest = split_nested(rest)
             name = f"{t.threads.get(key, 'thread')} {key[2]} (overlapping)"
-            _lane(_sequence(w, m, t0, tracks.add(m, parent, name).uuid), nested, [], jobs)
+            _lane(_sequence(w, m, t0, tracks.add(m, parent, name).uuid), nested, [], jobs, flows)
 
 
 def _lane(seq: PacketSequence, nested: list[Span], marks: list[Mark],
-          jobs: dict[tuple[str, int, int], Job]) -> None:
+          jobs: dict[tuple[str, int, int], Job], flows: dict[tuple[str, int, int], int]) -> None:
     """Slices that nest, and marks, on one track, in time order: a slice ends before anything
     that starts at its end."""
     pb = seq.w.pb
@@ -255,6 +259,8 @@ def _lane(seq: PacketSequence, nested: list[Span], marks: list[Mark],
                 break
         if s is not None:
             p, te = seq.event(s.start_ns, begin, s.name)
+            if s.kind == "job" and (s.worker, s.pid, s.id) in flows:  # from its submit
+                te.terminating_flow_ids.append(flows[(s.worker, s.pid, s.id)])
             args = span_args(s, jobs)
             if args:
                 seq.annotate(p, te, _annotations(args))
@@ -275,6 +281,22 @@ def _failed_jobs(t: Timeline, w: Writer, worker_track: dict[str, int], machine_o
             if j.death:
                 args["death"] = j.death
             seq.annotate(p, te, _annotations({k: v for k, v in args.items() if v is not None}))
+
+
+def _submits(t: Timeline, w: Writer, worker_track: dict[str, int], machine_of: Any, t0: int,
+             flows: dict[tuple[str, int, int], int]) -> None:
+    """Each job's submit (profiled.queued()) as an instant on its worker's track, with a flow
+    to the job's start: Perfetto draws the time it waited as an arrow."""
+    submitted = sorted((j for j in t.jobs if (j.worker, j.pid, j.id) in flows
+                        and j.worker in worker_track),
+                       key=lambda j: (j.worker, j.submitted_ns or 0))
+    for wid, group in itertools.groupby(submitted, key=lambda j: j.worker):
+        seq = _sequence(w, machine_of(wid), t0, worker_track[wid])
+        for j in group:
+            p, te = seq.event(j.submitted_ns or 0, w.pb.TrackEvent.TYPE_INSTANT,
+                              f"submitted: {j.name}")
+            te.flow_ids.append(flows[(j.worker, j.pid, j.id)])
+            seq.annotate(p, te, {"job": j.id, "queued_s": (j.start_ns - (j.submitted_ns or 0)) / 1e9})
 
 
 def _counter_events(w: Writer, g: CounterGroup, m: int, uuids: dict[str, int], t0: int) -> None:

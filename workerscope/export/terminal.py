@@ -220,18 +220,39 @@ def jobs_table(t: Timeline, width: int | None = None, limit: int | None = JOBS_S
     longest; a last line says how many were left out."""
     causes = {(d.worker, d.job.id, d.job.start_ns): d.cause for d in deaths(t)}
     shown = _jobs_shown(t.jobs, limit)
+    queued = any(j.submitted_ns is not None for j in t.jobs)  # a column only where known
     rows = []
     for j in sorted(shown, key=lambda j: (j.worker, j.start_ns)):
         dur = None if j.end_ns is None else (j.end_ns - j.start_ns) / 1e9
-        rows.append([short_worker(j.worker), str(j.id), j.name, j.status, fmt_seconds(dur),
-                     causes.get((j.worker, j.id, j.start_ns), ""), j.error or ""])
-    text = _table(["worker", "job", "name", "status", "wall", "died", "error"], rows, {1, 4},
-                  width, clip=(6, 2, 0))
+        wait = [] if not queued else [
+            "" if j.queued_ns is None else fmt_seconds(j.queued_ns / 1e9)]
+        rows.append([short_worker(j.worker), str(j.id), j.name, j.status, *wait,
+                     fmt_seconds(dur), causes.get((j.worker, j.id, j.start_ns), ""),
+                     j.error or ""])
+    heads = ["worker", "job", "name", "status", *(["queued"] if queued else []), "wall",
+             "died", "error"]
+    text = _table(heads, rows, {1, 4, 5} if queued else {1, 4}, width, clip=(6 + queued, 2, 0))
+    share = queue_share(t)
+    if share is not None:
+        text += (f"  queued: {share[0]:.0%} of the jobs' time from submit to end was spent "
+                 f"waiting to start ({fmt_seconds(share[1])} of {fmt_seconds(share[2])}, "
+                 f"{share[3]:,} job(s) with a submit time)\n")
     left = len(t.jobs) - len(shown)
     if left:
         text += (f"  ... {left:,} more job(s), ended ok and shorter than those shown "
                  "(`workerscope report --jobs 0` lists every job)\n")
     return text
+
+
+def queue_share(t: Timeline) -> tuple[float, float, float, int] | None:
+    """(share, seconds queued, seconds from submit to end, jobs) over the ended jobs that
+    carry a submit time (profiled.queued()); None where none does."""
+    known = [j for j in t.jobs if j.queued_ns is not None and j.end_ns is not None]
+    if not known:
+        return None
+    waited = sum(j.queued_ns or 0 for j in known) / 1e9
+    whole = sum((j.end_ns or 0) - (j.submitted_ns or 0) for j in known) / 1e9
+    return (waited / whole if whole > 0 else 0.0), waited, whole, len(known)
 
 
 def _jobs_shown(jobs: list[Job], limit: int | None) -> list[Job]:

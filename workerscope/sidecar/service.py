@@ -353,6 +353,9 @@ class Sidecar:
             "pid": body.get("pid", self.target), "tid": body.get("tid"),
             "anchor": self._anchor(),
         }
+        submitted = body.get("submitted")
+        if type(submitted) is int:
+            job.start["submitted"] = submitted
         self.emit(protocol.JOB_START, job.start, jobs=[job])
         if self.sampled_recently() and not reset:
             # Back-to-back tiny jobs come faster than full samples can be taken: share the

@@ -101,8 +101,10 @@ def _warn_once(msg: str) -> None:
 class _HeavyJob:
     """One job on the worker's sidecar: the part monitor and profiled share."""
 
-    def __init__(self, config: Config, name: str, want_timeline: bool) -> None:
+    def __init__(self, config: Config, name: str, want_timeline: bool,
+                 submitted: int | None = None) -> None:
         self.config, self.name, self.want_timeline = config, name, want_timeline
+        self.submitted = submitted  # wall ns it was submitted at (profiled.queued())
         self.timeline: Timeline | None = None
         self.link: SidecarLink | None = None
         self.lost: str | None = None
@@ -126,7 +128,7 @@ class _HeavyJob:
         try:
             self.link = get_link(self.config)
             self.link.job_start(self.job, self.name, self.config.out, keep=self.keep,
-                                config=self.config)
+                                config=self.config, submitted=self.submitted)
         except Exception as err:  # noqa: BLE001 - monitoring must never break the job it watches
             self.lost = str(err)
             _warn(f"sidecar lost, the job runs unmonitored: {err!r}")
@@ -428,13 +430,21 @@ class _Profiled(Generic[P, R]):
         last = self._calls.last
         return last.timeline if isinstance(last, _LightJob) else last
 
-    def _job(self, config: Config) -> _HeavyJob | _LightJob:
+    def _job(self, config: Config, submitted: int | None = None) -> _HeavyJob | _LightJob:
         if config.out:
             _check_out_here(config.out)
         name = getattr(self.fn, "__qualname__", None) or repr(self.fn)
         if config.mode == "light":
             return _LightJob(config, name)
-        return _HeavyJob(config, name, want_timeline=config.out is not None)
+        return _HeavyJob(config, name, want_timeline=config.out is not None,
+                         submitted=submitted)
+
+    def queued(self) -> _Queued[P, R]:
+        """This job, stamped with the time now: submit that (`pool.submit(run.queued(), x)`,
+        `pool.map` of it) and each job carries the time it waited between its submit and
+        its start (a heavy job's Job.queued_ns; the reports' queue times). The stamp is the
+        wall clock of the process that calls queued(), taken as the driver's."""
+        return _Queued(self, time.time_ns())
 
     def _end(self, job: _HeavyJob | _LightJob, exc: BaseException | None) -> None:
         job.end(exc)
@@ -445,6 +455,9 @@ class _Profiled(Generic[P, R]):
             self._calls.last = job.timeline
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._invoke(args, kwargs, None)
+
+    def _invoke(self, args: Any, kwargs: Any, submitted: int | None) -> R:
         if self._is_gen:
             return cast("R", self._iterate(args, kwargs))
         if self._is_async:
@@ -452,7 +465,7 @@ class _Profiled(Generic[P, R]):
         config = self._config()
         if config.mode == "off":
             return self.fn(*args, **kwargs)
-        job = self._job(config)
+        job = self._job(config, submitted)
         job.start()
         try:
             result = self.fn(*args, **kwargs)
@@ -491,6 +504,22 @@ class _Profiled(Generic[P, R]):
             raise
         self._end(job, None)
         return result
+
+
+class _Queued(Generic[P, R]):
+    """A profiled job and when it was submitted (profiled.queued()): picklable as the job
+    is (by name, for a module's @profiled), with the time beside it."""
+
+    __slots__ = ("job", "submitted")
+
+    def __init__(self, job: _Profiled[P, R], submitted: int) -> None:
+        self.job, self.submitted = job, submitted
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.job._invoke(args, kwargs, self.submitted)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Queued, (self.job, self.submitted))
 
 
 def _forget_after_fork() -> None:

@@ -232,12 +232,14 @@ class SidecarLink:
     # -- jobs --------------------------------------------------------------------------------
     def job_start(self, job: int, name: str, out: str | None, keep: bool = True,
                   pid: int | None = None, t: int | None = None,
-                  record: str | None = None, config: Config | None = None) -> None:
+                  record: str | None = None, config: Config | None = None,
+                  submitted: int | None = None) -> None:
         """keep: the sidecar keeps the job's frames for job_end(want_timeline=True) or `out`.
         pid and t: a job run by another process (`workerscope run`'s command), from when.
         record: a record file (record.py) the sidecar appends the job's frames to as it
         sends them, so a kill -9 of this process leaves them readable. config: the job's
-        own settings (its job settings travel with it; the link's when not given)."""
+        own settings (its job settings travel with it; the link's when not given).
+        submitted: the wall-clock ns the job was submitted at (profiled.queued())."""
         body = {
             **job_values(self.config if config is None else config),
             "job": job, "name": name, "out": out, "keep": keep,
@@ -247,6 +249,8 @@ class SidecarLink:
         }
         if record is not None:
             body["record"] = record
+        if submitted is not None:
+            body["submitted"] = submitted
         self._write(protocol.encode_pipe(protocol.JOB_START, body))
 
     def job_end(self, job: int, status: str, error: str | None, want_timeline: bool,
