@@ -448,10 +448,12 @@ class TimelineBuilder:
             self._set_anchor(wid, b["anchor"], None)
         tid = b.get("tid")
         job_id = int(b["job"])
-        job = {"id": job_id, "name": bounded_text(b["name"], MAX_NAME), "start": self._wall(wid, b["t"]),
+        start = self._wall(wid, b["t"])
+        job = {"id": job_id, "name": bounded_text(b["name"], MAX_NAME), "start": start,
                "pid": int(b["pid"]), "tid": None if tid is None else int(tid)}
         submitted = b.get("submitted")
-        if type(submitted) is int and -_INT64 <= submitted < _INT64:
+        # Within a century of its start: a time no clock gives would break every save after.
+        if type(submitted) is int and abs(submitted - start) <= _SANE_NS:
             job["submitted"] = submitted  # wall ns, the submitter's (the driver's) clock
         self._open_jobs[(wid, job_id)] = job
 

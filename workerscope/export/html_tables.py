@@ -10,7 +10,6 @@ from typing import Any
 from ..timeline import Mark, Timeline
 from ..units import fmt_bytes, fmt_seconds
 from .attribution import DIED, cpu_basis, cpu_mark
-from .creep import creep_lines, memory_creep
 from .deaths import deaths, figures, headline
 from .overhead import cost_text, costs, summary
 from .stacks import is_stacks, stacks_text
@@ -47,7 +46,10 @@ def iso(t_ns: int) -> str:
 
 
 # -- HTML parts ---------------------------------------------------------------------------------
-def header(t: Timeline, title: str, data: dict[str, Any], notices: list[str]) -> str:
+def header(t: Timeline, title: str, data: dict[str, Any], notices: list[str],
+           crept: list[str] | None = None) -> str:
+    """The page's head: what the timeline holds, its cost, notes, memory creep (`crept`,
+    creep_lines' sentences) and notices."""
     nw, nj, ns = data["counts"]
     dur = data["end_us"] / 1e6
     end_iso = iso(data["origin_ns"] + data["end_us"] * 1000)
@@ -76,7 +78,6 @@ def header(t: Timeline, title: str, data: dict[str, Any], notices: list[str]) ->
         out.append(f"<p class=\"meta\">queued: <b>{share[0]:.0%}</b> of the jobs' time from "
                    f"submit to end was spent waiting to start ({esc(fmt_seconds(share[1]))} of "
                    f"{esc(fmt_seconds(share[2]))}, {share[3]:,} job(s) with a submit time)</p>")
-    crept = creep_lines(memory_creep(t))
     if crept:
         out.append("<ul class=\"notices bad\">")
         out.extend(f"<li>{esc(line)}</li>" for line in crept)

@@ -76,7 +76,8 @@ def write_pftrace(t: Timeline, path: str) -> str:
 
 def _write(t: Timeline, w: Writer) -> None:
     """The machines, then every track descriptor, then each track's events."""
-    t0 = t.start_ns or 0
+    # From the first submit where one came before every event: its flow starts there.
+    t0 = min([t.start_ns or 0, *(j.submitted_ns for j in t.jobs if j.submitted_ns is not None)])
     machines = _Machines(t)
     workers, devices = counter_groups(t)
     procs, threads, by_proc = _owners(t, workers)
@@ -296,7 +297,7 @@ def _submits(t: Timeline, w: Writer, worker_track: dict[str, int], machine_of: A
             p, te = seq.event(j.submitted_ns or 0, w.pb.TrackEvent.TYPE_INSTANT,
                               f"submitted: {j.name}")
             te.flow_ids.append(flows[(j.worker, j.pid, j.id)])
-            seq.annotate(p, te, {"job": j.id, "queued_s": (j.start_ns - (j.submitted_ns or 0)) / 1e9})
+            seq.annotate(p, te, {"job": j.id, "queued_s": (j.queued_ns or 0) / 1e9})
 
 
 def _counter_events(w: Writer, g: CounterGroup, m: int, uuids: dict[str, int], t0: int) -> None:

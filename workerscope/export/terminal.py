@@ -251,7 +251,7 @@ def queue_share(t: Timeline) -> tuple[float, float, float, int] | None:
     if not known:
         return None
     waited = sum(j.queued_ns or 0 for j in known) / 1e9
-    whole = sum((j.end_ns or 0) - (j.submitted_ns or 0) for j in known) / 1e9
+    whole = sum(max((j.end_ns or 0) - (j.submitted_ns or 0), 0) for j in known) / 1e9
     return (waited / whole if whole > 0 else 0.0), waited, whole, len(known)
 
 
@@ -419,7 +419,7 @@ def report(t: Timeline, width: int = 80, color: bool = False,
     taken = stacks_section(t)
     if taken:
         parts.append(taken)
-    crept = creep_lines(memory_creep(t))
+    crept = creep_lines(memory_creep(t), short_worker)
     if crept:
         parts.append("memory creep:\n" + "".join(
             f"{line}\n" for c in crept for line in _wrap([c], width, "  ")))

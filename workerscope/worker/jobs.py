@@ -443,7 +443,8 @@ class _Profiled(Generic[P, R]):
         """This job, stamped with the time now: submit that (`pool.submit(run.queued(), x)`,
         `pool.map` of it) and each job carries the time it waited between its submit and
         its start (a heavy job's Job.queued_ns; the reports' queue times). The stamp is the
-        wall clock of the process that calls queued(), taken as the driver's."""
+        wall clock of the process that calls queued(), taken as the driver's. On a method,
+        queue the function and pass the instance: `C.method.queued()(obj, x)`."""
         return _Queued(self, time.time_ns())
 
     def _end(self, job: _HeavyJob | _LightJob, exc: BaseException | None) -> None:
@@ -459,9 +460,9 @@ class _Profiled(Generic[P, R]):
 
     def _invoke(self, args: Any, kwargs: Any, submitted: int | None) -> R:
         if self._is_gen:
-            return cast("R", self._iterate(args, kwargs))
+            return cast("R", self._iterate(args, kwargs, submitted))
         if self._is_async:
-            return cast("R", self._await(args, kwargs))
+            return cast("R", self._await(args, kwargs, submitted))
         config = self._config()
         if config.mode == "off":
             return self.fn(*args, **kwargs)
@@ -475,12 +476,13 @@ class _Profiled(Generic[P, R]):
         self._end(job, None)
         return result
 
-    def _iterate(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Generator[Any, Any, Any]:
+    def _iterate(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 submitted: int | None = None) -> Generator[Any, Any, Any]:
         """A generator function's job is its iteration, from the first item to the end."""
         config = self._config()
         if config.mode == "off":
             return (yield from cast(Any, self.fn)(*args, **kwargs))
-        job = self._job(config)
+        job = self._job(config, submitted)
         job.start()
         try:
             result = yield from cast(Any, self.fn)(*args, **kwargs)
@@ -490,12 +492,13 @@ class _Profiled(Generic[P, R]):
         self._end(job, None)
         return result
 
-    async def _await(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def _await(self, args: tuple[Any, ...], kwargs: dict[str, Any],
+                     submitted: int | None = None) -> Any:
         """A coroutine function's job is the awaited call."""
         config = self._config()
         if config.mode == "off":
             return await cast(Any, self.fn)(*args, **kwargs)
-        job = self._job(config)
+        job = self._job(config, submitted)
         job.start()
         try:
             result = await cast(Any, self.fn)(*args, **kwargs)
@@ -512,14 +515,34 @@ class _Queued(Generic[P, R]):
 
     __slots__ = ("job", "submitted")
 
-    def __init__(self, job: _Profiled[P, R], submitted: int) -> None:
+    def __init__(self, job: _Profiled[P, R] | Callable[P, R], submitted: int) -> None:
         self.job, self.submitted = job, submitted
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if not isinstance(self.job, _Profiled):  # never the job's problem: run it, unstamped
+            return self.job(*args, **kwargs)
         return self.job._invoke(args, kwargs, self.submitted)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_Queued, (self.job, self.submitted))
+        # The job pickles as a profiled does: by name (a module's @profiled), by its state,
+        # or, through cloudpickle, as the function it passes for (_trampoline), whose
+        # runner _Queued finds again (_runner).
+        return (_queued, (self.job, self.submitted))
+
+
+def _queued(job: Any, submitted: int) -> _Queued[..., Any]:
+    return _Queued(_runner(job), submitted)
+
+
+def _runner(job: Any) -> Any:
+    """The job logic of a profiled, or of the function cloudpickle made of one (its runner
+    is in the closure: see _trampoline)."""
+    if isinstance(job, _Profiled):
+        return job
+    for cell in getattr(job, "__closure__", None) or ():
+        if isinstance(cell.cell_contents, _Profiled):
+            return cell.cell_contents
+    return job
 
 
 def _forget_after_fork() -> None:
