@@ -89,7 +89,8 @@ print("child", pid, flush=True)
                     break
             assert "not installed now" in procs[child].get("error", ""), procs
             assert "sleep 60" in procs[child].get("command", "")
-            time.sleep(0.2)  # a signal, had one been sent, would have ended it by now
+            # The answer comes after every signal was sent, and a signal's default action
+            # ends a process as it is delivered: had one been sent, the child would be gone.
             with open(f"/proc/{child}/stat") as f:
                 assert f.read().split(") ")[1][0] in "SR", "the child was ended"
         finally:

@@ -171,11 +171,10 @@ class DeathWatch:
                 self._follow_cgroup()
 
     def memory(self) -> tuple[int, int] | None:
-        """(working set, limit) in bytes of the memory cgroup the worker was last seen in:
-        its usage less the page cache the kernel would reclaim first (inactive_file), as
-        the kernel's own OOM heuristics and container tools count it; the limit the lowest
-        of it and its ancestors' (read again every LIMIT_REREAD_S). None where it has no
-        limit or is not readable."""
+        """(usage, limit) in bytes of the memory cgroup the worker was last seen in, the
+        limit the lowest of it and its ancestors' (read again every LIMIT_REREAD_S). None
+        where it has no limit or is not readable. One read a tick: working_set() reads the
+        longer memory.stat, only when the usage says it matters."""
         if not self.cgroups:
             return None
         where = next(reversed(self.cgroups))
@@ -188,9 +187,15 @@ class DeathWatch:
         if not limit:
             return None
         usage = cgroup.read_int(os.path.join(where, usage_file))
-        if usage is None:
-            return None
-        return max(0, usage - _inactive_file(where, version)), limit
+        return None if usage is None else (usage, limit)
+
+    def working_set(self, usage: int) -> int:
+        """The cgroup's usage less the page cache the kernel would reclaim first
+        (inactive_file), as the kernel's own OOM heuristics and container tools count it."""
+        if not self.cgroups:
+            return usage
+        where = next(reversed(self.cgroups))
+        return max(0, usage - _inactive_file(where, self.cgroups[where]))
 
     def _cgroup_dir(self) -> tuple[int, str] | None:
         return cgroup.memory_dir(self.pid, self.mounts)

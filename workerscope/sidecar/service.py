@@ -704,10 +704,14 @@ class Sidecar:
         memory = self.watch.memory() if fraction else None
         if memory is None:
             return
-        used, limit = memory
-        if used < (fraction - 0.05) * limit:
+        usage, limit = memory
+        if usage < (fraction - 0.05) * limit:  # its working set is lower still
             self.memory_armed = True
-        elif used >= fraction * limit and self.memory_armed:
+            return
+        if usage < fraction * limit or not self.memory_armed:
+            return
+        used = self.watch.working_set(usage)
+        if used >= fraction * limit:
             self.memory_armed = False
             self.trigger("memory", f"memory: its cgroup holds {fmt_bytes(used)}, "
                          f"{used / limit:.0%} of its limit of {fmt_bytes(limit)} "
