@@ -5,8 +5,9 @@
 Prints three tables:
 - Request to stacks: Subscriber.stacks(worker) timed from the call to its answer, for a worker
   of 1, 8 and 64 threads, and for a tree of 16 processes (the worker and 15 forked children,
-  each recording, each dumping its own threads), N requests each (default 20); and the size of
-  the mark frame that carried the dump (encoded as the sidecar sent it).
+  each recording, each dumping its own threads), N requests each (default 20); the size of
+  the mark frame that carried the dump (encoded as the sidecar sent it); and the median
+  against the floor, the sidecar's quiet window plus one poll (QUIET_S + POLL_S).
 - The installed handler's cost when never asked: @timed noop() with a monitor active, and a
   warm heavy profiled() job of nothing, in a process where the stacks handler is installed
   (the default) and in one where it is not (WORKERSCOPE_STACKS_SIGNAL names no signal), the
@@ -189,14 +190,15 @@ def main() -> int:
           f"{sidecar_stacks.POLL_S * 1e3:g} ms")
     print()
     print("request to stacks (Subscriber.stacks, round trip)")
+    floor_ms = (sidecar_stacks.QUIET_S + sidecar_stacks.POLL_S) * 1e3
     print(f"{'worker':<28}{'dumped':>14}{'median ms':>11}{'p90 ms':>9}{'max ms':>9}"
-          f"{'frame B':>10}")
+          f"{'frame B':>10}{'x floor':>9}")
     for threads, procs in ((1, 1), (8, 1), (64, 1), (1, 16)):
         r = latency(threads, procs, args.requests)
         what = f"{threads} thread(s), {procs} process(es)"
         dumped = f"{r['seen'][0]} p, {r['seen'][1]} t"
         print(f"{what:<28}{dumped:>14}{r['median_ms']:>11.1f}{r['p90_ms']:>9.1f}"
-              f"{r['max_ms']:>9.1f}{r['frame_bytes']:>10,}")
+              f"{r['max_ms']:>9.1f}{r['frame_bytes']:>10,}{r['median_ms'] / floor_ms:>8.2f}x")
     print()
     print("never asked: the installed handler's cost (best of 5 in each round)")
     print(f"{'round':<7}{'@timed noop ns, on':>20}{'off':>8}{'job us, on':>13}{'off':>8}")
@@ -211,6 +213,8 @@ def main() -> int:
         print(f"{k + 1:<7}{on['timed_ns']:>20.1f}{off['timed_ns']:>8.1f}{on['job_us']:>13.1f}"
               f"{off['job_us']:>8.1f}")
     print(f"{'best':<7}{min(on_t):>20.1f}{min(off_t):>8.1f}{min(on_j):>13.1f}{min(off_j):>8.1f}")
+    print(f"installed / not, at best: @timed {min(on_t) / min(off_t):.3f}x, job "
+          f"{min(on_j) / min(off_j):.3f}x")
     return 0
 
 
