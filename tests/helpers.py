@@ -191,3 +191,47 @@ def run_ray_driver(code: str, endpoint: str) -> object:
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def write_text(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def remove_cgroup(child: str) -> None:
+    """Move what is left in a cgroup the test made to its parent, then remove it (the kernel
+    may take a moment to let go of a process that just left)."""
+    import errno
+
+    parent = os.path.dirname(child)
+    deadline = time.monotonic() + 10
+    while True:
+        with open(os.path.join(child, "cgroup.procs")) as f:
+            pids = f.read().split()
+        for pid in pids:
+            try:
+                write_text(os.path.join(parent, "cgroup.procs"), pid)
+            except OSError:
+                continue  # it exited meanwhile
+        try:
+            os.rmdir(child)
+            return
+        except OSError as err:
+            if err.errno != errno.EBUSY or time.monotonic() > deadline:
+                raise
+
+
+def child_cgroup(found: tuple[int, str] | None, kind: str) -> tuple[int, str]:
+    """A new child of a cgroup the test can see (found: cgroup.memory_dir and the like), as
+    (version, directory); pytest.skip where there is none or none can be made."""
+    import pytest
+
+    if found is None:
+        pytest.skip(f"no {kind} cgroup visible to this process")
+    version, parent = found
+    child = os.path.join(parent, f"workerscope-test-{kind}-{os.getpid()}")
+    try:
+        os.mkdir(child)
+    except OSError as err:
+        pytest.skip(f"cannot create a {kind} cgroup under {parent}: {err}")
+    return version, child

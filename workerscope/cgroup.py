@@ -38,13 +38,15 @@ def read_int(path: str) -> int | None:
         return None
 
 
-def memory_dir(pid: int | str,
-               mounts: dict[int, tuple[str, str]] | None = None) -> tuple[int, str] | None:
-    """(cgroup version, directory) of pid's memory cgroup as this process sees it, or None
-    (no memory controller, a cgroup outside what the mounts show, the process gone).
-    mounts: procfs.cgroup_mounts(), read once by a caller that looks often."""
-    found = procfs.read_memory_cgroup(pid)
-    mounts = procfs.cgroup_mounts() if mounts is None else mounts
+def controller_dir(pid: int | str, controller: str, probe: str,
+                   mounts: dict[int, tuple[str, str]] | None = None) -> tuple[int, str] | None:
+    """(cgroup version, directory) of pid's cgroup of one controller as this process sees it,
+    or None (no such controller, a cgroup outside what the mounts show, the process gone).
+    probe: a file the directory has where the controller is there (v2 lists every cgroup, with
+    or without the controller); mounts: procfs.cgroup_mounts(controller), read once by a
+    caller that looks often."""
+    found = procfs.read_memory_cgroup(pid, controller)
+    mounts = procfs.cgroup_mounts(controller) if mounts is None else mounts
     if found is None or found[0] not in mounts:
         return None
     version, path = found
@@ -53,9 +55,68 @@ def memory_dir(pid: int | str,
     if root and not (path == root or path.startswith(root + "/")):
         return None  # a cgroup outside what this mount shows
     where = os.path.normpath(os.path.join(point, path[len(root):].lstrip("/")))
-    if not os.path.exists(os.path.join(where, FILES[version][0])):
-        return None  # v2 without the memory controller here, or hidden
+    if not os.path.exists(os.path.join(where, probe)):
+        return None  # v2 without the controller here, or hidden
     return version, where
+
+
+def memory_dir(pid: int | str,
+               mounts: dict[int, tuple[str, str]] | None = None) -> tuple[int, str] | None:
+    """(cgroup version, directory) of pid's memory cgroup (controller_dir)."""
+    found = procfs.read_memory_cgroup(pid)
+    if found is None:
+        return None
+    return controller_dir(pid, "memory", FILES[found[0]][0], mounts)
+
+
+# The CPU controller's throttling counters: v1's cpu.stat counts nanoseconds, v2's microseconds.
+CPU_THROTTLED = {1: (b"throttled_time", 1e9), 2: (b"throttled_usec", 1e6)}
+PRESSURE = ("cpu", "memory", "io")  # v2's RESOURCE.pressure files, as /proc/pressure/RESOURCE
+
+
+def cpu_dir(pid: int | str) -> tuple[int, str] | None:
+    """(version, directory) of pid's CPU cgroup, where it has cpu.stat."""
+    return controller_dir(pid, "cpu", "cpu.stat")
+
+
+def parse_cpu_stat(data: bytes, version: int) -> dict[str, float]:
+    """Throttling in a cpu.stat text: cgroup_cpu_throttled_s (time its tasks could not run
+    because the cgroup's quota was spent), cgroup_cpu_throttled_periods and cgroup_cpu_periods
+    (enforcement periods, throttled and all); absent where the file lacks them."""
+    out: dict[str, float] = {}
+    key, per_s = CPU_THROTTLED[version]
+    for line in data.split(b"\n"):
+        name, _, value = line.partition(b" ")
+        try:
+            if name == key:
+                out["cgroup_cpu_throttled_s"] = int(value) / per_s
+            elif name == b"nr_throttled":
+                out["cgroup_cpu_throttled_periods"] = int(value)
+            elif name == b"nr_periods":
+                out["cgroup_cpu_periods"] = int(value)
+        except ValueError:
+            continue
+    return out
+
+
+def parse_pressure(data: bytes) -> tuple[float | None, float | None]:
+    """(some, full) of a PSI text, in seconds since boot (or the cgroup's birth): the time at
+    least one task (some), or every task (full), stalled on the resource."""
+    some = full = None
+    for line in data.split(b"\n"):
+        kind, _, rest = line.partition(b" ")
+        i = rest.find(b"total=")
+        if i < 0:
+            continue
+        try:
+            total = int(rest[i + 6:].split()[0]) / 1e6
+        except (IndexError, ValueError):
+            continue
+        if kind == b"some":
+            some = total
+        elif kind == b"full":
+            full = total
+    return some, full
 
 
 def memory_files(pid: int | str) -> tuple[str | None, str | None]:

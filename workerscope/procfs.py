@@ -241,31 +241,32 @@ def read_stat_exit(pid: int | str) -> tuple[str, int, int | None]:
         return parse_stat_exit(f.read())
 
 
-def parse_memory_cgroup(data: bytes) -> tuple[int, str] | None:
-    """(1 or 2, path) of the memory cgroup in a /proc/PID/cgroup text: the cgroup v1 line
-    whose controllers include memory, else the v2 line (hierarchy 0, no controllers)."""
+def parse_memory_cgroup(data: bytes, controller: str = "memory") -> tuple[int, str] | None:
+    """(1 or 2, path) of a controller's cgroup in a /proc/PID/cgroup text: the cgroup v1 line
+    whose controllers include it, else the v2 line (hierarchy 0, no controllers); controller
+    "": the v2 line."""
     v2 = None
     for line in data.decode(errors="replace").splitlines():
         _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
+        if controller and controller in controllers.split(","):
             return 1, path
         if controllers == "":
             v2 = path
     return None if v2 is None else (2, v2)
 
 
-def read_memory_cgroup(pid: int | str) -> tuple[int, str] | None:
+def read_memory_cgroup(pid: int | str, controller: str = "memory") -> tuple[int, str] | None:
     """parse_memory_cgroup of /proc/PID/cgroup; None if unreadable or gone."""
     try:
         with open(f"/proc/{pid}/cgroup", "rb") as f:
-            return parse_memory_cgroup(f.read())
+            return parse_memory_cgroup(f.read(), controller)
     except (OSError, ValueError):
         return None
 
 
-def cgroup_mounts() -> dict[int, tuple[str, str]]:
-    """Where this process sees the memory cgroup hierarchies: {1: (root, mount point)} for a
-    v1 mount with the memory controller, {2: (root, mount point)} for the v2 mount. root is
+def cgroup_mounts(controller: str = "memory") -> dict[int, tuple[str, str]]:
+    """Where this process sees a controller's cgroup hierarchies: {1: (root, mount point)}
+    for a v1 mount with the controller, {2: (root, mount point)} for the v2 mount. root is
     the cgroup path shown at the mount point (not "/" in a container without a cgroup
     namespace), so a /proc/PID/cgroup path P is at mount point + P[len(root):]."""
     out: dict[int, tuple[str, str]] = {}
@@ -280,7 +281,7 @@ def cgroup_mounts() -> dict[int, tuple[str, str]]:
         if len(fields) < 5 or len(tail) < 3:
             continue
         root, point = (_unescape(x) for x in fields[3:5])
-        if tail[0] == "cgroup" and "memory" in tail[2].split(","):
+        if tail[0] == "cgroup" and controller in tail[2].split(","):
             out.setdefault(1, (root, point))
         elif tail[0] == "cgroup2":
             out.setdefault(2, (root, point))

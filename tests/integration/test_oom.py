@@ -9,10 +9,9 @@ import signal
 import subprocess
 import textwrap
 import threading
-import time
 
 import pytest
-from helpers import python_script
+from helpers import child_cgroup, python_script, remove_cgroup, write_text
 
 from workerscope import Subscriber, cgroup, protocol
 from workerscope.builder import TimelineBuilder
@@ -31,60 +30,26 @@ def _own_memory_cgroup() -> tuple[int, str] | None:
     return cgroup.memory_dir(os.getpid())
 
 
-def _write(path: str, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-
-
 def _make_cgroup() -> tuple[int, str]:
     """A child memory cgroup limited to LIMIT, without swap; pytest.skip where none can be
     made."""
-    own = _own_memory_cgroup()
-    if own is None:
-        pytest.skip("no memory cgroup visible to this process")
-    version, parent = own
-    child = os.path.join(parent, f"workerscope-test-{os.getpid()}")
-    try:
-        os.mkdir(child)
-    except OSError as err:
-        pytest.skip(f"cannot create a memory cgroup under {parent}: {err}")
+    version, child = child_cgroup(_own_memory_cgroup(), "memory")
     try:
         if version == 1:
-            _write(os.path.join(child, "memory.limit_in_bytes"), str(LIMIT))
+            write_text(os.path.join(child, "memory.limit_in_bytes"), str(LIMIT))
             swap = os.path.join(child, "memory.memsw.limit_in_bytes")
         else:
             if not os.path.exists(os.path.join(child, "memory.max")):
                 raise OSError(errno.ENOENT, "the memory controller is not enabled for children "
-                              f"of {parent} (cgroup.subtree_control)")
-            _write(os.path.join(child, "memory.max"), str(LIMIT))
+                              f"of {os.path.dirname(child)} (cgroup.subtree_control)")
+            write_text(os.path.join(child, "memory.max"), str(LIMIT))
             swap = os.path.join(child, "memory.swap.max")
         if os.path.exists(swap):  # no swap to flee to: the limit is the limit
-            _write(swap, str(LIMIT) if version == 1 else "0")
+            write_text(swap, str(LIMIT) if version == 1 else "0")
     except OSError as err:
         os.rmdir(child)
         pytest.skip(f"cannot set a memory limit in {child}: {err}")
     return version, child
-
-
-def _remove_cgroup(child: str) -> None:
-    """Move what is left in the cgroup to its parent, then remove it (the kernel may take a
-    moment to let go of a process that just left)."""
-    parent = os.path.dirname(child)
-    deadline = time.monotonic() + 10
-    while True:
-        with open(os.path.join(child, "cgroup.procs")) as f:
-            pids = f.read().split()
-        for pid in pids:
-            try:
-                _write(os.path.join(parent, "cgroup.procs"), pid)
-            except OSError:
-                continue  # it exited meanwhile
-        try:
-            os.rmdir(child)
-            return
-        except OSError as err:
-            if err.errno != errno.EBUSY or time.monotonic() > deadline:
-                raise
 
 
 @pytest.fixture
@@ -94,7 +59,7 @@ def memory_cgroup():
     try:
         yield version, child
     finally:
-        _remove_cgroup(child)
+        remove_cgroup(child)
 
 
 def _kernel_log_readable() -> bool:
@@ -140,7 +105,7 @@ profiled(entry, mode="heavy", interval=0.02, endpoint={sub.endpoint!r})(step)
 """), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             assert worker.stdout.readline() == "ready\n", "the worker never entered its job"
-            _write(os.path.join(cgroup, "cgroup.procs"), str(worker.pid))
+            write_text(os.path.join(cgroup, "cgroup.procs"), str(worker.pid))
             # Two more ticks: the sidecar has seen the worker in its new cgroup (its OOM
             # counter's baseline) before the worker allocates.
             assert frames.wait_samples(2)
@@ -391,7 +356,7 @@ def test_the_memory_trigger_fires_once_a_crossing(clean_env, memory_cgroup):
         try:
             assert worker.stdout is not None and worker.stdin is not None
             assert worker.stdout.readline() == "ready\n"
-            _write(os.path.join(cgroup, "cgroup.procs"), str(worker.pid))
+            write_text(os.path.join(cgroup, "cgroup.procs"), str(worker.pid))
             worker.stdin.write("go\n")
             worker.stdin.close()
             assert worker.wait(timeout=60) == 0

@@ -10,8 +10,9 @@ def reading(rss: int = 100, io: int | None = 10, user: float = 1.0,
     return (user, system, rss, 1, rss + 1, io, io, io, io)
 
 
-def tier(ctx: int | None = 1, fds: int | None = 3, uss: float | None = 50.0) -> Tier:
-    return (ctx, ctx, fds, uss, uss)
+def tier(ctx: int | None = 1, fds: int | None = 3, uss: float | None = 50.0,
+         waits: int | None = 2) -> Tier:
+    return (ctx, ctx, fds, waits, None if waits is None else waits / 10, None, uss, uss)
 
 
 def test_sums_every_value():
@@ -39,16 +40,18 @@ def test_a_value_one_member_lacks_has_no_total():
 def test_tier_values_only_on_their_tier():
     """Context switches and fds only on a slow tick, USS and PSS only on a USS tick."""
     both = tier_sums([tier(), tier()], slow=True, uss=True)
-    assert set(both) == set(TIER_FIELDS) and both["num_fds"] == 6 and both["uss_bytes"] == 100.0
+    assert set(both) == set(TIER_FIELDS) - {"blkio_delay_s"}  # unkept by either member
+    assert both["num_fds"] == 6 and both["uss_bytes"] == 100.0 and both["major_faults"] == 4
     slow = tier_sums([tier(), tier()], slow=True, uss=False)
     assert slow["ctx_switches_voluntary"] == 2 and "uss_bytes" not in slow
+    assert slow["run_delay_s"] == 0.4
     uss = tier_sums([tier(), tier()], slow=False, uss=True)
     assert "uss_bytes" in uss and "num_fds" not in uss
 
 
 def test_a_tier_value_one_member_lacks_has_no_total():
     """A member whose status or smaps_rollup was unreadable leaves those totals out."""
-    sums = tier_sums([tier(ctx=None, uss=None), tier()], slow=True, uss=True)
+    sums = tier_sums([tier(ctx=None, uss=None, waits=None), tier()], slow=True, uss=True)
     assert sums == {"num_fds": 6}
 
 

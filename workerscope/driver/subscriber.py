@@ -34,7 +34,7 @@ import time
 import warnings
 import weakref
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -54,6 +54,9 @@ from .live import LiveState
 from .receive import OnFrame, Receiver
 from .replies import Replies
 from .state import Limits, ReceiveState
+
+if TYPE_CHECKING:
+    from ..export.causes import Straggler
 
 # Frames ZeroMQ queues per connection (RCVHWM): one more is held while it is being read, so a
 # connection holds at most (RECEIVE_QUEUE + 1) x MAX_FRAME_BYTES. ZeroMQ counts per connection,
@@ -430,6 +433,14 @@ class Subscriber:
         that falls maxsize frames behind loses the newest (counted in iterator_dropped)
         rather than slowing the receive thread."""
         return self._fanout.subscribe(asyncio.get_running_loop(), maxsize)
+
+    def stragglers(self) -> list[Straggler]:
+        """The straggling workers now, each with its cause and the numbers behind it (or "no
+        clear cause" and the two best): workerscope.export.causes' rule over the timeline
+        received so far, a running job counted up to its worker's latest sample."""
+        from ..export.causes import stragglers  # here: only a caller who asks pays its import
+
+        return stragglers(self.timeline(), live=True)
 
     def live(self) -> list[dict[str, object]]:
         """One row per worker for a live view: host, pid, status, current job and last span,

@@ -24,6 +24,7 @@ from typing import Any
 from ..timeline import Span, Timeline
 from ..units import fmt_seconds, json_safe
 from .attribution import DIED, Attribution, attribute, function_table, workers_table
+from .causes import cause_lines, stragglers
 from .creep import creep_lines, memory_creep
 from .deaths import JOB_DIED, by_worker, deaths, figures, headline, memory_limits
 from .html_spans import (
@@ -80,7 +81,8 @@ def to_html(timeline: Timeline, title: str = "workerscope report") -> str:
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
         f"<title>{esc(title)}</title><style>{_CSS}</style>",
         f"<script>{_JS_ERRORS}</script></head><body>",
-        header(t, title, data, notices, creep_lines(memory_creep(t, attribution))),
+        header(t, title, data, notices, creep_lines(memory_creep(t, attribution)),
+               cause_lines(stragglers(t))),
         "<section><h2>Workers over time</h2>",
         "<p class=\"hint\">Wheel over any chart: zoom all charts around the cursor. Drag: pan. "
         "Double-click: reset. Hover: details.</p>",

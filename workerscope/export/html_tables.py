@@ -47,9 +47,9 @@ def iso(t_ns: int) -> str:
 
 # -- HTML parts ---------------------------------------------------------------------------------
 def header(t: Timeline, title: str, data: dict[str, Any], notices: list[str],
-           crept: list[str] | None = None) -> str:
+           crept: list[str] | None = None, slow: list[str] | None = None) -> str:
     """The page's head: what the timeline holds, its cost, notes, memory creep (`crept`,
-    creep_lines' sentences) and notices."""
+    creep_lines' sentences), the stragglers' causes (`slow`, cause_lines') and notices."""
     nw, nj, ns = data["counts"]
     dur = data["end_us"] / 1e6
     end_iso = iso(data["origin_ns"] + data["end_us"] * 1000)
@@ -78,6 +78,10 @@ def header(t: Timeline, title: str, data: dict[str, Any], notices: list[str],
         out.append(f"<p class=\"meta\">queued: <b>{share[0]:.0%}</b> of the jobs' time from "
                    f"submit to end was spent waiting to start ({esc(fmt_seconds(share[1]))} of "
                    f"{esc(fmt_seconds(share[2]))}, {share[3]:,} job(s) with a submit time)</p>")
+    if slow:
+        out.append("<ul class=\"notices stragglers\">")
+        out.extend(f"<li>straggler {esc(line)}</li>" for line in slow)
+        out.append("</ul>")
     if crept:
         out.append("<ul class=\"notices bad\">")
         out.extend(f"<li>{esc(line)}</li>" for line in crept)

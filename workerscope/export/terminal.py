@@ -27,6 +27,7 @@ from .attribution import (
     function_table,
     workers_table,
 )
+from .causes import cause_lines, stragglers
 from .creep import creep_lines, memory_creep
 from .deaths import Death, by_worker, deaths, figures, is_cut_short
 from .lanes import layout
@@ -419,6 +420,10 @@ def report(t: Timeline, width: int = 80, color: bool = False,
     taken = stacks_section(t)
     if taken:
         parts.append(taken)
+    slow = cause_lines(stragglers(t), short_worker)
+    if slow:
+        parts.append("stragglers:\n" + "".join(
+            f"{line}\n" for c in slow for line in _wrap([c], width, "  ")))
     crept = creep_lines(memory_creep(t), short_worker)
     if crept:
         parts.append("memory creep:\n" + "".join(

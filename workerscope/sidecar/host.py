@@ -26,6 +26,18 @@ _CHUNK = 1 << 16
 log = logging.getLogger("workerscope.sidecar")
 
 
+def _cpu_freq_files() -> list[tuple[str, str]]:
+    """(name, path) of each core's current clock (cpufreq), where the kernel shows them (not
+    in most virtual machines)."""
+    base = "/sys/devices/system/cpu"
+    try:
+        cores = sorted(n for n in os.listdir(base) if n[3:].isdigit() and n.startswith("cpu"))
+    except OSError:
+        return []
+    return [(f"freq {n}", p) for n in cores
+            if os.path.exists(p := f"{base}/{n}/cpufreq/scaling_cur_freq")]
+
+
 def _disks() -> frozenset[bytes]:
     """Whole disks (as psutil counts them: what /sys/block lists, loop and zram included),
     not their partitions, whose IO the disk's line already holds."""
@@ -38,22 +50,55 @@ def _disks() -> frozenset[bytes]:
 class HostSampler:
     def __init__(self, pid: int | None = None, slow_every_ns: int = 1_000_000_000) -> None:
         self.slow_every_ns = slow_every_ns
+        self.pid = pid or os.getpid()
         self._slow_t: int | None = None
         self._last_cores: list[tuple[int, int, int, int]] | None = None
         self.errors: dict[str, str] = {}
         self._fds: dict[str, int] = {}
-        limit, usage = self.cgroup_files = cgroup.memory_files(pid or os.getpid())
         for name, path in (("stat", "/proc/stat"), ("memory", "/proc/meminfo"),
                            ("network", "/proc/net/dev"), ("disk", "/proc/diskstats"),
-                           ("load", "/proc/loadavg"), ("cgroup limit", limit),
-                           ("cgroup usage", usage)):
-            if path is None:
-                continue
-            try:
-                self._fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError as err:
-                self.errors.setdefault(name, str(err))
+                           ("load", "/proc/loadavg"), ("cgroups", f"/proc/{self.pid}/cgroup"),
+                           *_cpu_freq_files()):
+            self._open(name, path)
+        self._cgroups = b""  # the worker's /proc/PID/cgroup when its cgroups were last found
+        self._cpu_version = 0
+        self.cgroup_files: tuple[str | None, str | None] = (None, None)
+        self._psi_prefix = ""
+        self._find_cgroups(self._read("cgroups") or b"")
         self._disks = _disks()
+
+    def _open(self, name: str, path: str) -> None:
+        try:
+            self._fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as err:
+            self.errors.setdefault(name, str(err))
+
+    def _find_cgroups(self, text: bytes) -> None:
+        """(Re)open the files of the worker's cgroups: its memory cgroup's limit and usage, its
+        CPU cgroup's cpu.stat, and pressure (PSI): its cgroup's on v2, else the host's. Called
+        again when its /proc/PID/cgroup changes (a job that moves itself into a cgroup)."""
+        self._cgroups = text
+        for name in [n for n in self._fds if n.startswith(("cgroup ", "psi "))]:
+            os.close(self._fds.pop(name))
+        limit, usage = self.cgroup_files = cgroup.memory_files(self.pid)
+        for name, path in (("cgroup limit", limit), ("cgroup usage", usage)):
+            if path is not None:
+                self._open(name, path)
+        cpu = cgroup.cpu_dir(self.pid)
+        if cpu is not None:
+            self._cpu_version = cpu[0]
+            self._open("cgroup cpu", os.path.join(cpu[1], "cpu.stat"))
+        unified = cgroup.controller_dir(self.pid, "", "cgroup.procs")  # the v2 hierarchy
+        own = unified is not None and unified[0] == 2 and os.path.exists(
+            os.path.join(unified[1], "memory.pressure"))
+        self._psi_prefix = "cgroup_" if own else ""
+        for resource in cgroup.PRESSURE:
+            path = (os.path.join(unified[1], f"{resource}.pressure") if own and unified
+                    else f"/proc/pressure/{resource}")
+            try:
+                self._fds[f"psi {resource}"] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                pass  # a kernel without PSI (or psi=0): no pressure, said in docs/METRICS.md
 
     def __del__(self) -> None:
         self.close()
@@ -97,6 +142,10 @@ class HostSampler:
             return out
         if now_ns is not None:
             self._slow_t = now_ns
+        moved = self._read("cgroups")
+        if moved is not None and moved != self._cgroups:
+            self._find_cgroups(moved)
+        self._pressure(out)
         if "cgroup limit" in self._fds:
             limit = self._read("cgroup limit")
             usage = self._read("cgroup usage")
@@ -112,11 +161,31 @@ class HostSampler:
         disk = self._read("disk")
         if disk is not None:
             self._disk(disk, out)
+        freqs = [int(data) for data in (self._read(n) for n in self._fds if n.startswith("freq "))
+                 if data and data.strip().isdigit()]
+        if freqs:  # kHz: the mean of the cores' current clocks
+            out["cpu_freq_mhz"] = sum(freqs) / len(freqs) / 1000.0
         load = self._read("load")
         if load is not None:
             parts = load.split(None, 3)
             out["load_1m"], out["load_5m"], out["load_15m"] = (float(x) for x in parts[:3])
         return out
+
+    def _pressure(self, out: dict[str, float]) -> None:
+        """The cgroup's throttling and the pressure stalls (cgroup_ or host's), into out."""
+        data = self._read("cgroup cpu")
+        if data is not None:
+            out.update(cgroup.parse_cpu_stat(data, self._cpu_version))
+        prefix = self._psi_prefix
+        for resource in cgroup.PRESSURE:
+            data = self._read(f"psi {resource}")
+            if data is None:
+                continue
+            some, full = cgroup.parse_pressure(data)
+            if some is not None:
+                out[f"{prefix}psi_{resource}_some_s"] = some
+            if full is not None and (resource != "cpu" or full > 0):  # cpu's full: 0 off cgroups
+                out[f"{prefix}psi_{resource}_full_s"] = full
 
     def _cpu(self, data: bytes, out: dict[str, float]) -> None:
         # "cpuK user nice system idle iowait irq softirq steal guest guest_nice", in ticks;

@@ -47,9 +47,14 @@ _CHUNK = 4096  # every file read here fits, except children lists (read on) and 
 
 # Counters that only grow; a member that leaves keeps its share in the tree total.
 COUNTERS = ("read_bytes", "write_bytes", "read_chars", "write_chars",
-            "ctx_switches_voluntary", "ctx_switches_involuntary")
+            "ctx_switches_voluntary", "ctx_switches_involuntary",
+            "major_faults", "run_delay_s", "blkio_delay_s")
 IO_COUNTERS = ("read_chars", "write_chars", "read_bytes", "write_bytes")
 CTX_COUNTERS = ("ctx_switches_voluntary", "ctx_switches_involuntary")
+# The slow tier's evidence of what a process waited for (see docs/METRICS.md): major faults
+# (pages read back from storage), run delay (runnable, waiting for a CPU: schedstat), block IO
+# delay (delay accounting, where the kernel keeps it). Counters, carried as CTX_COUNTERS are.
+WAIT_COUNTERS = ("major_faults", "run_delay_s", "blkio_delay_s")
 # Like CPU times, the kernel adds a reaped child's IO to its parent's /proc/PID/io (but not its
 # context switches), so these are carried only when no member of the tree reaps the process.
 FOLDED_INTO_REAPER = frozenset(IO_COUNTERS)
@@ -80,17 +85,34 @@ Reading = tuple[float, float, int, int, int, int | None, int | None, int | None,
 # tick carries them over from an older reading, so the tree has no total of them then. Apart
 # from READING_FIELDS, so a regular tick makes and sums none of them.
 TIER_FIELDS = ("ctx_switches_voluntary", "ctx_switches_involuntary", "num_fds",  # slow tier
+               *WAIT_COUNTERS,
                "uss_bytes", "pss_bytes")  # USS tier
-Tier = tuple[int | None, int | None, int | None, float | None, float | None]
-_SLOW_FIELDS, _USS_FIELDS = TIER_FIELDS[:3], TIER_FIELDS[3:]
-_SLOW_PART, _USS_PART = slice(0, 3), slice(3, None)
+Tier = tuple[int | None, int | None, int | None, int | None, float | None, float | None,
+             float | None, float | None]
+_SLOW_FIELDS, _USS_FIELDS = TIER_FIELDS[:6], TIER_FIELDS[6:]
+_SLOW_PART, _USS_PART = slice(0, 6), slice(6, None)
 _CPU_USER: Final = 0
 _CPU_SYSTEM: Final = 1
 _RSS: Final = 2
 _PEAK: Final = 4
 _NO_READING: Reading = (0.0, 0.0, 0, 0, 0, None, None, None, None)
-_NO_TIER: Tier = (None, None, None, None, None)
+_NO_TIER: Tier = (None, None, None, None, None, None, None, None)
 _NO_CTX: tuple[int | None, int | None] = (None, None)
+Waits = tuple[int | None, float | None, float | None]  # WAIT_COUNTERS' values
+_NO_WAITS: Waits = (None, None, None)
+
+
+def _delayacct_on() -> bool:
+    """Whether the kernel keeps block IO delays per task (kernel.task_delayacct; a kernel
+    without the switch keeps them wherever delay accounting is built in)."""
+    try:
+        with open("/proc/sys/kernel/task_delayacct", "rb") as f:
+            return f.read().strip() != b"0"
+    except OSError:
+        return True
+
+
+DELAYACCT = _delayacct_on()
 _NO_USS: tuple[float | None, float | None] = (None, None)
 
 
@@ -193,7 +215,7 @@ class Member:
                  "fresh", "hwm", "io", "io_fd",
                  "mapped", "name", "nfds", "nthreads", "own_cpu", "ppid", "quiet", "ran",
                  "reading", "sched_fd", "smaps_fd", "start", "stat_fd", "status_fd", "t",
-                 "threads_seen", "tick", "tier", "uss", "zombie")
+                 "threads_seen", "tick", "tier", "uss", "waits", "zombie")
 
     def __init__(self, ppid: int, name: str, start: int, stat_fd: int = -1) -> None:
         self.ppid = ppid
@@ -228,6 +250,7 @@ class Member:
         self.ctx: tuple[int | None, int | None] = _NO_CTX
         self.nfds: int | None = None
         self.uss: tuple[float | None, float | None] = _NO_USS
+        self.waits = _NO_WAITS  # the last slow tier's WAIT_COUNTERS
         self.tier = _NO_TIER  # all of them, as the tree sums them
         self.hwm = 0  # last VmHWM read, bytes
         self.faults = 0  # minor faults (pages touched) at the last reading
@@ -239,10 +262,11 @@ class Member:
 
 
 class Thread:
-    __slots__ = ("fd", "own_cpu", "t", "tick")
+    __slots__ = ("fd", "own_cpu", "sched_fd", "t", "tick")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
+        self.sched_fd = -1  # its schedstat, held from its first slow tier; -2: unreadable
         self.own_cpu: float | None = None
         self.t: int | None = None
         self.tick: dict[str, float] | None = None  # its last CPU times (a quiet process's stay)
@@ -324,6 +348,7 @@ class ProcessTree:
         self.members = {}
         for th in self.threads.values():
             _close(th.fd)
+            _close(th.sched_fd)
         self.threads = {}
         if self._reapers is not None:
             self._reapers.close()
@@ -683,15 +708,19 @@ class ProcessTree:
             for key, value in zip(IO_COUNTERS, m.io, strict=True):
                 if value is not None:
                     carried[key] = carried.get(key, 0) + value
-        for key, value in zip(CTX_COUNTERS, m.ctx, strict=True):
-            if value is not None:
-                carried[key] = carried.get(key, 0) + value
+        counted: list[tuple[str, float | None]] = [*zip(CTX_COUNTERS, m.ctx, strict=True),
+                                                    *zip(WAIT_COUNTERS, m.waits, strict=True)]
+        for key, count in counted:
+            if count is not None:
+                carried[key] = carried.get(key, 0) + count
         if not reaped_inside:
             # Nobody in the tree will reap it, so its CPU would vanish from the sum.
             self.carried_user += m.reading[_CPU_USER]
             self.carried_system += m.reading[_CPU_SYSTEM]
         for thread in [k for k in self.threads if k[0] == pid]:
-            _close(self.threads.pop(thread).fd)
+            th = self.threads.pop(thread)
+            _close(th.fd)
+            _close(th.sched_fd)
 
     def reset_peaks(self) -> None:
         """Start a new job: each member's VmHWM and the tree's peak restart from now."""
@@ -838,7 +867,7 @@ class ProcessTree:
         m.faults = faults
         if (self._tiers_now or m.fresh or nthreads != m.threads_seen
                 or faults - m.faults_at_hwm >= PEAK_FAULTS):
-            self._read_tiers(pid, m, values)
+            self._read_tiers(pid, m, values, stat, ran)
         hwm = m.hwm
         m.mapped = mapped
         if mapped:  # vsize: the memory is still mapped (not a zombie, not dying)
@@ -884,11 +913,14 @@ class ProcessTree:
         if not m.zombie:
             m.zombie = self._dirty = True
 
-    def _read_tiers(self, pid: int, m: Member, values: dict[str, float]) -> None:
+    def _read_tiers(self, pid: int, m: Member, values: dict[str, float], stat: bytes,
+                    ran: bytes) -> None:
         """The tiers due of one member, into values and m: the slow one (and the first
-        reading's), a thread list that changed, USS."""
+        reading's), a thread list that changed, USS. stat and ran: its stat and schedstat
+        texts of this tick (ran b"" where not read)."""
         if self._slow_now or m.fresh:
             self._read_slow(pid, m, values)
+            self._read_waits(pid, m, values, stat, ran)
             if _HAVE_CHILDREN_FILE:
                 self._list_threads(pid, m)  # a new thread may fork: hold its children file
             m.fresh = False
@@ -907,8 +939,35 @@ class ProcessTree:
             m.uss = uss or _NO_USS
             if uss is not None:
                 values["uss_bytes"], values["pss_bytes"] = uss
-        ctx, uss_pss = m.ctx, m.uss
-        m.tier = (ctx[0], ctx[1], m.nfds, uss_pss[0], uss_pss[1])  # no list made to unpack
+        ctx, uss_pss, waits = m.ctx, m.uss, m.waits
+        m.tier = (ctx[0], ctx[1], m.nfds, waits[0], waits[1], waits[2],  # no list to unpack
+                  uss_pss[0], uss_pss[1])
+
+    def _read_waits(self, pid: int, m: Member, values: dict[str, float], stat: bytes,
+                    ran: bytes) -> None:
+        """WAIT_COUNTERS of one member, into values and m.waits, on the slow tier: from its
+        stat text (major faults, block IO delay) and its schedstat (run delay; held from
+        here on). The run delay is its main thread's: a process's other threads have their
+        own (thread samples carry those of the threads watched)."""
+        f = stat[stat.rfind(b")") + 2:].split(b" ", 40)
+        try:
+            faults = int(f[9])  # field 12, majflt
+            blkio = int(f[39]) / _TICK if DELAYACCT and len(f) > 40 else None  # field 42
+        except (IndexError, ValueError):
+            faults, blkio = None, None
+        if not ran:
+            if m.sched_fd == -1:
+                self._hold_schedstat(pid, m)
+            try:
+                ran = (os.pread(m.sched_fd, 128, 0) if m.sched_fd >= 0
+                       else _read_path(f"/proc/{pid}/schedstat"))
+            except OSError:
+                ran = b""
+        delay = run_delay(ran)
+        m.waits = (faults, delay, blkio)
+        for key, value in zip(WAIT_COUNTERS, m.waits, strict=True):
+            if value is not None:
+                values[key] = value
 
     def _hold_schedstat(self, pid: int, m: Member) -> None:
         try:
@@ -1047,6 +1106,7 @@ class ProcessTree:
         start (monotonic ns): its CPU was 0 then, which a span begun with the thread needs (it
         is read up to a tick late)."""
         self._open_watched(now_ns)
+        slow = self._slow_now  # read() of this tick read its slow tier: the waits too
         rows: list[list[Any]] = []
         ended = []
         since, self._threads_t = self._threads_t, now_ns
@@ -1069,13 +1129,33 @@ class ProcessTree:
                 ended.append(key)
                 continue
             values = {"cpu_user_s": st.utime / _TICK, "cpu_system_s": st.stime / _TICK}
+            if slow:
+                self._thread_waits(key, th, values)
             th.tick = values.copy()
             start = self._thread_start(th, st, values, since, now_ns)
             rows.append([key[0], key[1], values] if start is None
                         else [key[0], key[1], values, start])
         for key in ended:
-            _close(self.threads.pop(key).fd)
+            th = self.threads.pop(key)
+            _close(th.fd)
+            _close(th.sched_fd)
         return rows
+
+    def _thread_waits(self, key: tuple[int, int], th: Thread, values: dict[str, float]) -> None:
+        """A watched thread's run delay (run_delay_s) into values, on the slow tier."""
+        if th.sched_fd == -2:
+            return
+        try:
+            if th.sched_fd == -1:
+                th.sched_fd = self._hold(f"/proc/{key[0]}/task/{key[1]}/schedstat")
+            data = (os.pread(th.sched_fd, 128, 0) if th.sched_fd >= 0
+                    else _read_path(f"/proc/{key[0]}/task/{key[1]}/schedstat"))
+        except OSError:
+            th.sched_fd = -2
+            return
+        delay = run_delay(data)
+        if delay is not None:
+            values["run_delay_s"] = delay
 
     def _open_watched(self, now_ns: int) -> None:
         """Hold the stat files of the threads to watch that are not held yet: all of the
@@ -1145,6 +1225,18 @@ def _boot_ticks_to_monotonic_ns(ticks: int) -> int:
     monotonic clock (which stops while the machine is suspended; BOOTTIME does not)."""
     offset = time.clock_gettime_ns(time.CLOCK_BOOTTIME) - time.monotonic_ns()
     return ticks * 1_000_000_000 // _TICK - offset
+
+
+def run_delay(schedstat: bytes) -> float | None:
+    """Seconds a task spent runnable, waiting for a CPU, from its schedstat text ("run_ns
+    wait_ns timeslices"); None where unread, or a kernel that keeps none (all zeros)."""
+    parts = schedstat.split()
+    if len(parts) < 3 or schedstat.startswith(b"0 0 0"):
+        return None
+    try:
+        return int(parts[1]) / 1e9
+    except ValueError:
+        return None
 
 
 def parse_smaps_rollup(data: bytes) -> tuple[float, float] | None:

@@ -1,0 +1,431 @@
+"""Why a straggler was slow: a cause for each straggling worker, with the numbers behind it, or
+"no clear cause" and the two best candidates. The one rule, for every view:
+
+- a straggler is a worker whose job time passes timeline.is_straggler against its peers';
+- each worker's evidence is read over its jobs from the samples the sidecar took at their
+  edges and between (counters as the difference across each job, summed over its jobs): its
+  job threads' CPU and run delay (runnable, waiting for a CPU), the other threads' CPU in the
+  job's process, the tree's other processes' CPU and run delay, its cgroup's CPU throttling,
+  the pressure stalls (PSI: its cgroup's, else the host's), major faults, storage IO, block IO
+  delay, its cgroup's memory use against its limit, the GPUs' use and clocks, and the spans'
+  own time by function;
+- the extra time is its job time less the median peer's. Each cause is given the seconds of
+  that extra time its own evidence accounts for, against the median of the same evidence on
+  the peers (so a machine that is busy for everyone blames no one):
+  throttled: the extra time its cgroup's quota held it; CPU-starved: the extra run delay not
+  throttling's; memory pressure (only with a memory signal: an extra memory stall, extra major
+  faults, or a cgroup near its limit while storage was read): the extra memory stall, the
+  extra system CPU of reclaim and faults, and the extra blocked time where it read back from
+  storage; IO-bound (only with extra storage IO, an IO stall or block IO delay): the extra
+  blocked time; GIL- or lock-bound: the extra blocked time while other threads of its process
+  ran more; GPU-bound (its GPUs over GPU_BUSY busy): the extra blocked time; GPU clocks low:
+  the share of the extra time its lower clock accounts for; input-starved (no IO or memory
+  signal): the extra blocked time left; slower code path: the extra CPU its job threads
+  computed themselves (user time, and system time without a memory signal), told with the
+  functions whose own time grew most against the median peer;
+- the cause named is the one whose seconds are at least CLEAR_SHARE of the extra time and
+  CLEAR_LEAD times the next; else "no clear cause", with the two best.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from ..timeline import Job, Sample, Span, Timeline, straggler_limit
+from ..units import fmt_bytes, fmt_seconds
+
+CPU_STARVED = "CPU-starved"
+THROTTLED = "throttled"
+IO_BOUND = "IO-bound"
+MEMORY = "memory pressure"
+GIL = "GIL- or lock-bound"
+INPUT = "input-starved"
+GPU_BOUND = "GPU-bound"
+GPU_CLOCKS = "GPU clocks low"
+CODE_PATH = "slower code path"
+CAUSES = (CPU_STARVED, THROTTLED, IO_BOUND, MEMORY, GIL, INPUT, GPU_BOUND, GPU_CLOCKS, CODE_PATH)
+NO_CLEAR_CAUSE = "no clear cause"
+
+CLEAR_SHARE = 0.5  # of the extra time, what the named cause must account for
+CLEAR_LEAD = 1.5  # and how many times the next cause's seconds
+IO_BYTES = 16 * 1024 * 1024  # extra storage IO that makes IO a candidate
+MAJOR_FAULTS = 256  # extra major faults that are a memory signal
+NEAR_LIMIT = 0.9  # a cgroup's memory use against its limit that is a signal with storage reads
+GPU_BUSY = 80.0  # GPU utilisation (%) over which waiting on it is GPU-bound
+LOW_CLOCK = 0.85  # a GPU clock under this share of the peers' median is low
+FUNCTIONS_SHOWN = 3
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One worker's figures over its jobs (seconds, bytes, counts; None where unmeasured)."""
+
+    wall_s: float
+    cpu_user_s: float  # its job threads' own (the process's where its threads are not sampled)
+    cpu_system_s: float
+    run_delay_s: float  # its job threads' and the tree's other processes'
+    other_threads_cpu_s: float  # the job processes' other threads
+    other_threads: int  # how many of them ran (over 10 ms)
+    process_cpu_s: float  # the job processes' whole
+    throttled_s: float
+    throttled_periods: float
+    memory_stall_s: float
+    io_stall_s: float
+    major_faults: float
+    storage_bytes: float
+    blkio_delay_s: float
+    memory_use: float | None  # the highest use of its cgroup's memory limit (0-1)
+    gpu_util: float | None  # mean %, over its GPUs
+    sm_clock_mhz: float | None
+    functions: dict[str, float] = field(default_factory=dict)  # own (exclusive) span time
+    calls: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def blocked_s(self) -> float:
+        """The time its job threads neither ran nor waited for a CPU."""
+        return max(self.wall_s - self.cpu_user_s - self.cpu_system_s - self.run_delay_s, 0.0)
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A straggling worker: its job time, the median peer's, the cause (None: no clear
+    cause) with the sentence that supports it, and every candidate as (cause, seconds of the
+    extra time it accounts for, why), best first."""
+
+    worker: str
+    wall_s: float
+    median_s: float
+    cause: str | None
+    because: str
+    candidates: tuple[tuple[str, float, str], ...]
+
+    @property
+    def text(self) -> str:
+        """The verdict as one line: "CPU-starved: waited 62% of its 8.1 s for a CPU ..."."""
+        head = (f"{fmt_seconds(self.wall_s)} of jobs against {fmt_seconds(self.median_s)} "
+                f"on the median peer")
+        if self.cause is not None:
+            return f"{self.cause}: {self.because} ({head})"
+        best = "; ".join(f"{c} ({fmt_seconds(s)} of the extra time: {why})"
+                         for c, s, why in self.candidates[:2] if s > 0)
+        return f"{NO_CLEAR_CAUSE} ({head})" + (f"; the two best: {best}" if best else "")
+
+
+# -- evidence ------------------------------------------------------------------------------------
+class _Series:
+    """One sample stream (worker, scope, pid, tid), in time order, to read counters across a
+    window."""
+
+    def __init__(self) -> None:
+        self.times: list[int] = []
+        self.values: list[dict[str, float]] = []
+
+    def delta(self, key: str, start: int, end: int) -> float | None:
+        """How much a counter grew across [start, end]: from the last sample at or before
+        start that has it (else the first after) to the first at or after end (else the
+        last before)."""
+        times, values = self.times, self.values
+        i = bisect.bisect_right(times, start) - 1
+        first = next((v[key] for v in reversed(values[:i + 1]) if key in v), None)
+        if first is None:
+            first = next((v[key] for t, v in zip(times, values, strict=True)
+                          if t > start and key in v and t <= end), None)
+        k = bisect.bisect_left(times, end)
+        last = next((v[key] for v in values[k:] if key in v), None)
+        if last is None:
+            last = next((v[key] for t, v in zip(reversed(times[:k]), reversed(values[:k]),
+                                                 strict=True) if key in v and t >= start), None)
+        if first is None or last is None:
+            return None
+        return max(last - first, 0.0)
+
+    def within(self, start: int, end: int) -> Iterable[dict[str, float]]:
+        lo, hi = bisect.bisect_left(self.times, start), bisect.bisect_right(self.times, end)
+        return self.values[lo:hi]
+
+
+def _index(samples: Iterable[Sample]) -> dict[tuple[str, str, int | None, int | None], _Series]:
+    out: dict[tuple[str, str, int | None, int | None], _Series] = {}
+    for s in sorted(samples, key=lambda s: s.t_ns):
+        scope = "gpu" if s.scope.startswith("gpu") else s.scope
+        key = (s.worker, scope, s.pid if scope in ("proc", "thread") else None,
+               s.tid if scope == "thread" else None)
+        series = out.get(key)
+        if series is None:
+            series = out[key] = _Series()
+        series.times.append(s.t_ns)
+        series.values.append(s.values)
+    return out
+
+
+def _sum(series: _Series | None, keys: tuple[str, ...], start: int, end: int) -> float | None:
+    if series is None:
+        return None
+    parts = [series.delta(k, start, end) for k in keys]
+    return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+
+
+def _own_times(spans: list[Span]) -> tuple[dict[str, float], dict[str, int]]:
+    """Each function's own time (its spans' durations less their children's) and calls."""
+    children: dict[tuple[int, int], int] = {}
+    for s in spans:
+        if s.parent is not None:
+            children[(s.pid, s.parent)] = children.get((s.pid, s.parent), 0) + s.duration_ns
+    own: dict[str, float] = {}
+    calls: dict[str, int] = {}
+    for s in spans:
+        if s.kind != "span":
+            continue
+        mine = max(s.duration_ns - children.get((s.pid, s.id), 0), 0) / 1e9
+        own[s.name] = own.get(s.name, 0.0) + mine
+        calls[s.name] = calls.get(s.name, 0) + 1
+    return own, calls
+
+
+def evidence(t: Timeline, jobs: list[Job], series: dict[tuple[str, str, int | None, int | None],
+                                                        _Series] | None = None,
+             spans: list[Span] | None = None) -> Evidence:
+    """One worker's Evidence over `jobs` (ended ones), from the timeline's samples and spans
+    (series: _index(t.samples), computed once by a caller asking for many workers; spans: the
+    worker's)."""
+    index = _index(t.samples) if series is None else series
+    acc = dict.fromkeys(("wall", "user", "system", "delay", "other", "proc", "thr", "periods",
+                         "mem", "io", "faults", "bytes", "blkio"), 0.0)
+    others: set[int] = set()
+    use: float | None = None
+    util: list[float] = []
+    clock: list[float] = []
+    for j in jobs:
+        if j.end_ns is None:
+            continue
+        w, a, b = j.worker, j.start_ns, j.end_ns
+        acc["wall"] += (b - a) / 1e9
+        proc = index.get((w, "proc", j.pid, None))
+        thread = index.get((w, "thread", j.pid, j.tid)) if j.tid is not None else None
+        cpu_proc = _sum(proc, ("cpu_user_s", "cpu_system_s"), a, b) or 0.0
+        acc["proc"] += cpu_proc
+        user = thread.delta("cpu_user_s", a, b) if thread is not None else None
+        system = thread.delta("cpu_system_s", a, b) if thread is not None else None
+        if user is None or system is None:  # its thread unsampled: its process stands in
+            user = proc.delta("cpu_user_s", a, b) if proc is not None else None
+            system = proc.delta("cpu_system_s", a, b) if proc is not None else None
+            user, system = user or 0.0, system or 0.0
+        else:
+            acc["other"] += max(cpu_proc - user - system, 0.0)
+            for key, s in index.items():
+                if key[0] == w and key[1] == "thread" and key[2] == j.pid and key[3] != j.tid:
+                    ran = _sum(s, ("cpu_user_s", "cpu_system_s"), a, b)
+                    if ran is not None and ran > 0.01 and key[3] is not None:
+                        others.add(key[3])
+        acc["user"] += user
+        acc["system"] += system
+        delay = thread.delta("run_delay_s", a, b) if thread is not None else None
+        if delay is None and proc is not None:
+            delay = proc.delta("run_delay_s", a, b)
+        tree = index.get((w, "tree", None, None))
+        tree_delay = tree.delta("run_delay_s", a, b) if tree is not None else None
+        proc_delay = proc.delta("run_delay_s", a, b) if proc is not None else None
+        acc["delay"] += (delay or 0.0) + max((tree_delay or 0.0) - (proc_delay or 0.0), 0.0)
+        if tree is not None:
+            acc["faults"] += tree.delta("major_faults", a, b) or 0.0
+            acc["bytes"] += _sum(tree, ("read_bytes",), a, b) or 0.0
+            acc["bytes"] += _sum(tree, ("write_bytes",), a, b) or 0.0
+            acc["blkio"] += tree.delta("blkio_delay_s", a, b) or 0.0
+        host = index.get((w, "host", None, None))
+        if host is not None:
+            acc["thr"] += host.delta("cgroup_cpu_throttled_s", a, b) or 0.0
+            acc["periods"] += host.delta("cgroup_cpu_throttled_periods", a, b) or 0.0
+            for name, psi in (("mem", "psi_memory_some_s"), ("io", "psi_io_some_s")):
+                cg = host.delta(f"cgroup_{psi}", a, b)
+                acc[name] += cg if cg is not None else (host.delta(psi, a, b) or 0.0)
+            for v in host.within(a, b):
+                limit, used = v.get("cgroup_mem_limit_bytes"), v.get("cgroup_mem_used_bytes")
+                if limit and used is not None:
+                    use = max(use or 0.0, used / limit)
+        gpu = index.get((w, "gpu", None, None))
+        if gpu is not None:
+            for v in gpu.within(a, b):
+                if "util_percent" in v:
+                    util.append(v["util_percent"])
+                if "sm_clock_mhz" in v:
+                    clock.append(v["sm_clock_mhz"])
+    ids = {j.id for j in jobs}
+    mine = spans if spans is not None else [s for s in t.spans if jobs and s.worker == jobs[0].worker]
+    own_time, calls = _own_times([s for s in mine if s.job in ids])
+    return Evidence(
+        wall_s=acc["wall"], cpu_user_s=acc["user"], cpu_system_s=acc["system"],
+        run_delay_s=acc["delay"], other_threads_cpu_s=acc["other"], other_threads=len(others),
+        process_cpu_s=acc["proc"], throttled_s=acc["thr"], throttled_periods=acc["periods"],
+        memory_stall_s=acc["mem"], io_stall_s=acc["io"], major_faults=acc["faults"],
+        storage_bytes=acc["bytes"], blkio_delay_s=acc["blkio"], memory_use=use,
+        gpu_util=statistics.fmean(util) if util else None,
+        sm_clock_mhz=statistics.fmean(clock) if clock else None, functions=own_time, calls=calls)
+
+
+# -- the verdict ---------------------------------------------------------------------------------
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def judge(e: Evidence, peers: list[Evidence]) -> tuple[str | None, str, tuple[tuple[str, float, str], ...]]:
+    """(cause or None, its sentence, every candidate best first) for a worker's Evidence
+    against its peers'."""
+    def med(get: Callable[[Evidence], float]) -> float:
+        return _median([get(p) for p in peers])
+
+    wall = e.wall_s
+    extra = max(wall - med(lambda p: p.wall_s), 1e-9)
+    x_thr = e.throttled_s - med(lambda p: p.throttled_s)
+    # Run delay accrues while a thread is runnable, at the machine's rate, whatever made it
+    # compute long: what counts is more of it than its peers' share of runnable time (`rate`,
+    # waiting / (waiting + running)) gives its own CPU time.
+    rate = min(med(lambda p: _share(p.run_delay_s, p.run_delay_s + p.cpu_user_s + p.cpu_system_s)),
+               0.95)
+    cpu = e.cpu_user_s + e.cpu_system_s
+    x_delay = e.run_delay_s - cpu * rate / (1 - rate)
+    x_mem = e.memory_stall_s - med(lambda p: p.memory_stall_s)
+    x_io = e.io_stall_s - med(lambda p: p.io_stall_s)
+    x_faults = e.major_faults - med(lambda p: p.major_faults)
+    x_bytes = e.storage_bytes - med(lambda p: p.storage_bytes)
+    x_blkio = e.blkio_delay_s - med(lambda p: p.blkio_delay_s)
+    x_blocked = e.blocked_s - med(lambda p: p.blocked_s)
+    x_other = e.other_threads_cpu_s - med(lambda p: p.other_threads_cpu_s)
+    x_user = e.cpu_user_s - med(lambda p: p.cpu_user_s)
+    x_system = e.cpu_system_s - med(lambda p: p.cpu_system_s)
+    blocked = max(x_blocked, 0.0)
+    io_signal = x_bytes >= IO_BYTES or x_io >= 0.1 * extra or x_blkio >= 0.1 * extra
+    memory_signal = (x_mem >= 0.1 * extra or x_faults >= MAJOR_FAULTS
+                     or (e.memory_use is not None and e.memory_use >= NEAR_LIMIT
+                         and x_bytes >= IO_BYTES))
+    out: list[tuple[str, float, str]] = []
+    share = e.run_delay_s / wall if wall else 0.0
+    out.append((THROTTLED, min(max(x_thr, 0.0), extra),
+                f"its cgroup's CPU quota held it back {fmt_seconds(e.throttled_s)} "
+                f"({e.throttled_periods:,.0f} periods throttled; the median peer "
+                f"{fmt_seconds(med(lambda p: p.throttled_s))})"))
+    out.append((CPU_STARVED, min(max(x_delay - max(x_thr, 0.0), 0.0), extra),
+                f"waited {share:.0%} of its {fmt_seconds(wall)} for a CPU, "
+                f"{_share(e.run_delay_s, e.run_delay_s + cpu):.0%} of the time it could run "
+                f"(the median peer {rate:.0%})"))
+    memory = 0.0
+    if memory_signal:
+        memory = max(x_mem, 0.0) + max(x_system, 0.0) + (blocked if io_signal else 0.0)
+    limit = (f", at {e.memory_use:.0%} of its cgroup's memory limit"
+             if e.memory_use is not None and e.memory_use >= NEAR_LIMIT else "")
+    out.append((MEMORY, min(memory, extra),
+                f"stalled on memory {fmt_seconds(e.memory_stall_s)}{limit}, "
+                f"{e.major_faults:,.0f} major faults, {fmt_bytes(e.storage_bytes)} from storage "
+                f"(the median peer {fmt_seconds(med(lambda p: p.memory_stall_s))}, "
+                f"{fmt_bytes(med(lambda p: p.storage_bytes))})"))
+    io = blocked if io_signal and not memory_signal else 0.0
+    out.append((IO_BOUND, min(io, extra),
+                f"its threads were blocked {fmt_seconds(e.blocked_s)} of its {fmt_seconds(wall)} "
+                f"while its tree moved {fmt_bytes(e.storage_bytes)} to and from storage (the "
+                f"median peer {fmt_bytes(med(lambda p: p.storage_bytes))})"))
+    # Other threads of its process ran while its own was blocked: the whole of that wait is
+    # theirs to answer for (their own CPU is less where they waited for a CPU too).
+    gil = blocked if x_other >= 0.25 * blocked and x_other > 0.1 * extra else 0.0
+    cores = e.process_cpu_s / wall if wall else 0.0
+    out.append((GIL, min(gil, extra),
+                f"its thread ran {_share(e.cpu_user_s + e.cpu_system_s, wall):.0%} of its "
+                f"{fmt_seconds(wall)} while {e.other_threads or 'the'} other thread(s) of its "
+                f"process ran {fmt_seconds(e.other_threads_cpu_s)}; the process used "
+                f"{cores:.2g} cores"))
+    left = max(blocked - gil, 0.0)
+    gpu_bound = left if e.gpu_util is not None and e.gpu_util >= GPU_BUSY else 0.0
+    out.append((GPU_BOUND, min(gpu_bound, extra),
+                f"its GPUs were {e.gpu_util or 0:.0f}% busy while its threads waited "
+                f"{fmt_seconds(e.blocked_s)}"))
+    peer_clock = _median([p.sm_clock_mhz for p in peers if p.sm_clock_mhz is not None])
+    slow = 0.0
+    if e.sm_clock_mhz is not None and peer_clock and e.sm_clock_mhz < LOW_CLOCK * peer_clock:
+        slow = extra * (1 - e.sm_clock_mhz / peer_clock)
+    out.append((GPU_CLOCKS, slow, f"its GPU ran at {e.sm_clock_mhz or 0:,.0f} MHz against "
+                                  f"{peer_clock:,.0f} on its peers"))
+    waiting = left - gpu_bound if not io_signal and not memory_signal else 0.0
+    out.append((INPUT, min(max(waiting, 0.0), extra),
+                f"its threads waited {fmt_seconds(e.blocked_s)} of its {fmt_seconds(wall)} "
+                f"using no CPU and no more storage IO than its peers "
+                f"({fmt_bytes(e.storage_bytes)} against {fmt_bytes(med(lambda p: p.storage_bytes))}"
+                f"); the median peer waited {fmt_seconds(med(lambda p: p.blocked_s))}"))
+    # Computing more costs more than its CPU seconds on a busy machine: the wait for a CPU
+    # that comes with them, at the peers' rate.
+    computed = (max(x_user, 0.0) + (0.0 if memory_signal else max(x_system, 0.0))) / (1 - rate)
+    out.append((CODE_PATH, min(computed, extra), _code_path(e, peers, med)))
+    out.sort(key=lambda c: -c[1])
+    best, second = out[0], out[1]
+    if best[1] >= CLEAR_SHARE * extra and best[1] >= CLEAR_LEAD * second[1]:
+        return best[0], best[2], tuple(out)
+    return None, "", tuple(out)
+
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole else 0.0
+
+
+def _code_path(e: Evidence, peers: list[Evidence], med: Callable[[Callable[[Evidence], float]],
+                                                                  float]) -> str:
+    """Which functions took the extra time against the median peer, from their own time."""
+    grew = []
+    for name, own in e.functions.items():
+        peer = _median([p.functions.get(name, 0.0) for p in peers])
+        calls = e.calls.get(name, 0)
+        peer_calls = _median([float(p.calls.get(name, 0)) for p in peers])
+        if own - peer > 0:
+            grew.append((own - peer, name, calls, peer_calls))
+    grew.sort(reverse=True)
+    cpu = e.cpu_user_s + e.cpu_system_s
+    text = (f"its job threads computed {fmt_seconds(cpu)} against "
+            f"{fmt_seconds(med(lambda p: p.cpu_user_s + p.cpu_system_s))} on the median peer")
+    if grew:
+        text += "; the extra time in " + ", ".join(
+            f"{name} (+{fmt_seconds(more)}, {calls:,} call(s) against {peer_calls:,.0f})"
+            for more, name, calls, peer_calls in grew[:FUNCTIONS_SHOWN])
+    return text
+
+
+def stragglers(t: Timeline, live: bool = False) -> list[Straggler]:
+    """Every straggling worker of the timeline with its cause, slowest first. live: a job
+    still running counts up to its worker's latest record (a driver's timeline, mid-run),
+    so a job stuck now is judged and explained now; else only ended jobs count."""
+    latest: dict[str, int] = {}
+    if live:
+        for smp in t.samples:
+            latest[smp.worker] = max(latest.get(smp.worker, smp.t_ns), smp.t_ns)
+    by_worker: dict[str, list[Job]] = {}
+    for job in t.jobs:
+        j = job
+        if j.end_ns is None and j.worker in latest and latest[j.worker] > j.start_ns:
+            j = dataclasses.replace(j, end_ns=latest[j.worker])
+        if j.end_ns is not None:
+            by_worker.setdefault(j.worker, []).append(j)
+    walls = {w: sum((j.end_ns or j.start_ns) - j.start_ns for j in jobs) / 1e9
+             for w, jobs in by_worker.items()}
+    limit = straggler_limit(list(walls.values()))
+    if limit is None:
+        return []
+    slow = [w for w, s in walls.items() if s > limit]
+    if not slow:
+        return []
+    index = _index(t.samples)
+    spans: dict[str, list[Span]] = {}
+    for s in t.spans:
+        spans.setdefault(s.worker, []).append(s)
+    found = {w: evidence(t, jobs, index, spans.get(w, [])) for w, jobs in by_worker.items()}
+    out = []
+    for w in slow:
+        peers = [e for other, e in found.items() if other != w]
+        cause, because, candidates = judge(found[w], peers)
+        out.append(Straggler(w, walls[w], _median([p.wall_s for p in peers]), cause, because,
+                             candidates))
+    out.sort(key=lambda s: -s.wall_s)
+    return out
+
+
+def cause_lines(found: list[Straggler], name: Callable[[str], str] = str) -> list[str]:
+    """Each straggler's verdict as a sentence, for the reports; `name` shows a worker id."""
+    return [f"{name(s.worker)}: {s.text}" for s in found]
