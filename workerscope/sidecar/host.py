@@ -62,6 +62,9 @@ class HostSampler:
             self._open(name, path)
         self._cgroups = b""  # the worker's /proc/PID/cgroup when its cgroups were last found
         self._cpu_version = 0
+        # Throttling, pressure and clocks (the evidence of a straggler's cause): off only to
+        # measure what they cost (benchmarks/bench_sampler.py).
+        self.evidence = True
         self.cgroup_files: tuple[str | None, str | None] = (None, None)
         self._psi_prefix = ""
         self._find_cgroups(self._read("cgroups") or b"")
@@ -145,7 +148,8 @@ class HostSampler:
         moved = self._read("cgroups")
         if moved is not None and moved != self._cgroups:
             self._find_cgroups(moved)
-        self._pressure(out)
+        if self.evidence:
+            self._pressure(out)
         if "cgroup limit" in self._fds:
             limit = self._read("cgroup limit")
             usage = self._read("cgroup usage")
@@ -161,7 +165,8 @@ class HostSampler:
         disk = self._read("disk")
         if disk is not None:
             self._disk(disk, out)
-        freqs = [int(data) for data in (self._read(n) for n in self._fds if n.startswith("freq "))
+        freqs = [int(data) for data in (self._read(n) for n in self._fds
+                                        if self.evidence and n.startswith("freq "))
                  if data and data.strip().isdigit()]
         if freqs:  # kHz: the mean of the cores' current clocks
             out["cpu_freq_mhz"] = sum(freqs) / len(freqs) / 1000.0

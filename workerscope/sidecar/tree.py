@@ -301,6 +301,9 @@ class ProcessTree:
         # Between slow tiers, skip the stat and io of a single-threaded member that has not
         # run since they were last read (its schedstat is the same): see read().
         self.skip_quiet = True
+        # The slow tier's evidence of waiting (WAIT_COUNTERS, and watched threads' run delay):
+        # off only to measure what it costs (benchmarks/bench_sampler.py).
+        self.read_waits = True
         self.members: dict[int, Member] = {}
         # CPU and counters of members that left the tree without being reaped into a member's
         # children-times (reparented away, or the root itself gone): kept so totals never fall.
@@ -920,7 +923,8 @@ class ProcessTree:
         texts of this tick (ran b"" where not read)."""
         if self._slow_now or m.fresh:
             self._read_slow(pid, m, values)
-            self._read_waits(pid, m, values, stat, ran)
+            if self.read_waits:
+                self._read_waits(pid, m, values, stat, ran)
             if _HAVE_CHILDREN_FILE:
                 self._list_threads(pid, m)  # a new thread may fork: hold its children file
             m.fresh = False
@@ -1106,7 +1110,7 @@ class ProcessTree:
         start (monotonic ns): its CPU was 0 then, which a span begun with the thread needs (it
         is read up to a tick late)."""
         self._open_watched(now_ns)
-        slow = self._slow_now  # read() of this tick read its slow tier: the waits too
+        slow = self._slow_now and self.read_waits  # read() read its slow tier: the waits too
         rows: list[list[Any]] = []
         ended = []
         since, self._threads_t = self._threads_t, now_ns
