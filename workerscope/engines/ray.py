@@ -7,7 +7,10 @@
 Ray offers no per-task hook in its workers: `runtime_env`'s `worker_process_setup_hook` runs
 once per worker process, and nothing it can reach through Ray's public API sees the tasks that
 follow. So the task function itself carries the job, as `ray.remote(profiled(fn, ...))` would;
-this spares the user the nesting and the split of the options. Without options the settings
+this spares the user the nesting and the split of the options. Each `.remote()` call of a task
+made so stamps the time of the call, in the driver, as the job's submit time (the job's queue
+time is how long Ray took to start it: scheduling, a worker's start, a free CPU); actor method
+calls are not stamped. Without options the settings
 come from the workers' environment: `ray.init(runtime_env={"env_vars":
 {"WORKERSCOPE_ENDPOINT": sub.endpoint, "WORKERSCOPE_MODE": "heavy"}})` reaches every worker.
 """
@@ -15,13 +18,14 @@ come from the workers' environment: `ray.init(runtime_env={"env_vars":
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Callable
 from typing import Any
 
 import ray
 
 from ..config import SETTINGS
-from ..worker.jobs import profiled
+from ..worker.jobs import Queued, profiled
 
 # profiled's options (every setting); every other keyword is Ray's.
 _OURS = tuple(s.name for s in SETTINGS)
@@ -40,8 +44,36 @@ def profiled_remote(fn: Callable[..., Any] | None = None, /, **options: Any) -> 
 
 
 def _remote(fn: Callable[..., Any], ours: dict[str, Any], theirs: dict[str, Any]) -> Any:
-    job = _actor(fn, ours) if inspect.isclass(fn) else profiled(fn, **ours)
-    return ray.remote(**theirs)(job) if theirs else ray.remote(job)
+    if inspect.isclass(fn):
+        actor = _actor(fn, ours)
+        return ray.remote(**theirs)(actor) if theirs else ray.remote(actor)
+    job = profiled(fn, **ours)
+
+    def stamped(submitted: int, /, *args: Any, **kwargs: Any) -> Any:
+        return Queued(job, submitted)(*args, **kwargs)
+
+    # Ray names the task after the function and checks its arguments against its signature:
+    # the name is the user's, the signature this one's (no __wrapped__ for Ray to follow).
+    for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
+        setattr(stamped, attr, getattr(fn, attr, getattr(stamped, attr)))
+    return _Stamped(ray.remote(**theirs)(stamped) if theirs else ray.remote(stamped))
+
+
+class _Stamped:
+    """A Ray remote function whose `.remote()` calls carry the time of the call (Ray's own
+    for everything else: `.options()` gives another of these, the rest is Ray's)."""
+
+    def __init__(self, remote: Any) -> None:
+        self._remote = remote
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._remote.remote(time.time_ns(), *args, **kwargs)
+
+    def options(self, **options: Any) -> _Stamped:
+        return _Stamped(self._remote.options(**options))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._remote, name)
 
 
 def _actor(cls: type, ours: dict[str, Any]) -> type:

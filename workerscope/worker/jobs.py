@@ -439,13 +439,13 @@ class _Profiled(Generic[P, R]):
         return _HeavyJob(config, name, want_timeline=config.out is not None,
                          submitted=submitted)
 
-    def queued(self) -> _Queued[P, R]:
+    def queued(self) -> Queued[P, R]:
         """This job, stamped with the time now: submit that (`pool.submit(run.queued(), x)`,
         `pool.map` of it) and each job carries the time it waited between its submit and
         its start (a heavy job's Job.queued_ns; the reports' queue times). The stamp is the
         wall clock of the process that calls queued(), taken as the driver's. On a method,
         queue the function and pass the instance: `C.method.queued()(obj, x)`."""
-        return _Queued(self, time.time_ns())
+        return Queued(self, time.time_ns())
 
     def _end(self, job: _HeavyJob | _LightJob, exc: BaseException | None) -> None:
         job.end(exc)
@@ -509,14 +509,15 @@ class _Profiled(Generic[P, R]):
         return result
 
 
-class _Queued(Generic[P, R]):
+class Queued(Generic[P, R]):
     """A profiled job and when it was submitted (profiled.queued()): picklable as the job
     is (by name, for a module's @profiled), with the time beside it."""
 
     __slots__ = ("job", "submitted")
 
     def __init__(self, job: _Profiled[P, R] | Callable[P, R], submitted: int) -> None:
-        self.job, self.submitted = job, submitted
+        # A profiled that cloudpickle copied is a function over it: its runner is found again.
+        self.job, self.submitted = _runner(job), submitted
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if not isinstance(self.job, _Profiled):  # never the job's problem: run it, unstamped
@@ -526,12 +527,12 @@ class _Queued(Generic[P, R]):
     def __reduce__(self) -> tuple[Any, ...]:
         # The job pickles as a profiled does: by name (a module's @profiled), by its state,
         # or, through cloudpickle, as the function it passes for (_trampoline), whose
-        # runner _Queued finds again (_runner).
+        # runner Queued finds again (_runner).
         return (_queued, (self.job, self.submitted))
 
 
-def _queued(job: Any, submitted: int) -> _Queued[..., Any]:
-    return _Queued(_runner(job), submitted)
+def _queued(job: Any, submitted: int) -> Queued[..., Any]:
+    return Queued(job, submitted)
 
 
 def _runner(job: Any) -> Any:
