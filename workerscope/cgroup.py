@@ -69,6 +69,20 @@ def memory_dir(pid: int | str,
     return controller_dir(pid, "memory", FILES[found[0]][0], mounts)
 
 
+def inactive_file(where: str, version: int) -> int:
+    """A memory cgroup's inactive page cache (memory.stat), 0 if unreadable: what the kernel
+    reclaims first, so usage less this is the working set its OOM heuristics count."""
+    key = b"inactive_file " if version == 2 else b"total_inactive_file "
+    try:
+        with open(os.path.join(where, "memory.stat"), "rb") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line[len(key):])
+    except (OSError, ValueError):
+        return 0
+    return 0
+
+
 # The CPU controller's throttling counters: v1's cpu.stat counts nanoseconds, v2's microseconds.
 CPU_THROTTLED = {1: (b"throttled_time", 1e9), 2: (b"throttled_usec", 1e6)}
 PRESSURE = ("cpu", "memory", "io")  # v2's RESOURCE.pressure files, as /proc/pressure/RESOURCE

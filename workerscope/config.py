@@ -61,14 +61,14 @@ def _seconds(low: float, high: float) -> Parser:
     return parse
 
 
-def _count(high: int) -> Parser:
+def _count(high: int, low: int = 1) -> Parser:
     def parse(name: str, raw: object) -> int:
         try:
             value = int(str(raw))
         except ValueError as err:
             raise ConfigError(f"{name} must be a whole number, got {raw!r}") from err
-        if not 1 <= value <= high:
-            raise ConfigError(f"{name} must be between 1 and {high}, got {value}")
+        if not low <= value <= high:
+            raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
         return value
     return parse
 
@@ -173,6 +173,11 @@ class Config:
         30.0, Scope.LINK, _seconds(0, 10**7),
         "each trigger (memory, stacks_after, a straggler) takes at most one dump of stacks "
         "every this many seconds per worker; the ones skipped are counted in a note")
+    allocations: int = _setting(
+        0, Scope.JOB, _count(1000, low=0),
+        "trace allocations (tracemalloc) and mark the top N sites at each job's end and when "
+        "the memory cgroup's working set passes stacks_memory of its limit (0: off; while on, "
+        "every allocation of the process costs more)")
 
     def __repr__(self) -> str:
         """The settings, the endpoint's secret key left out."""
@@ -198,6 +203,7 @@ class Options(TypedDict, total=False):
     stacks_memory: float | None
     stacks_after: float | None
     stacks_every: float | None
+    allocations: int | None
 
 
 @dataclasses.dataclass(frozen=True)

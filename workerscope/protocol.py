@@ -70,6 +70,7 @@ PING = FrameKind.PING
 PONG = FrameKind.PONG
 STACKS = FrameKind.STACKS
 STACKS_MARK = "stacks"  # the name of the mark a dump of stacks is
+ALLOCATIONS_MARK = "allocations"  # the top allocation sites (the allocations setting)
 FRAME_KINDS = frozenset(FrameKind)
 # A decoded kind is looked up here: the enum member, at the cost of a dict lookup (~30 ns)
 _KINDS: dict[str, FrameKind] = {k.value: k for k in FrameKind}

@@ -363,21 +363,43 @@ def deaths_text(t: Timeline, width: int = 80) -> str:
     return "deaths:\n" + "\n".join(out) + "\n" if out else ""
 
 
-def stacks_section(t: Timeline, most: int = STACKS_SHOWN) -> str:
-    """The stacks taken (marks named "stacks": asked for, a straggler's, before an OOM kill, a
-    crash's), the last `most` of them whole, each with its worker, job and time."""
-    marks = [m for m in t.marks if m.name == protocol.STACKS_MARK and m.attrs]
+def _marks_section(t: Timeline, name: str, most: int,
+                   lines: Callable[[dict[str, Any]], list[str]]) -> str:
+    """The last `most` marks named `name` that carry attrs, each headed by its worker, job
+    and time (`lines` of its attrs: the first ends the head, the rest are indented)."""
+    marks = [m for m in t.marks if m.name == name and m.attrs]
     if not marks:
         return ""
     start = t.start_ns or 0
     out = []
     for m in sorted(marks, key=lambda m: m.t_ns)[-most:]:
+        first, *rest = lines(m.attrs or {})
         out.append(printable(f"  {short_worker(m.worker)} job {m.job} at "
-                             f"{fmt_seconds((m.t_ns - start) / 1e9)}:"))
-        out.extend("    " + line for line in stacks_text(m.attrs or {}).splitlines())
+                             f"{fmt_seconds((m.t_ns - start) / 1e9)}{first}"))
+        out.extend(printable(f"    {line}") for line in rest)
     more = len(marks) - most
-    head = "stacks:" if more <= 0 else f"stacks (the last {most} of {len(marks)}):"
+    head = f"{name}:" if more <= 0 else f"{name} (the last {most} of {len(marks)}):"
     return head + "\n" + "\n".join(out) + "\n"
+
+
+def allocations_section(t: Timeline, most: int = STACKS_SHOWN, sites: int = 5) -> str:
+    """The allocation sites taken (marks named "allocations": at job ends and past the
+    memory line, the allocations setting), the last `most` of them, their top `sites`."""
+    def lines(a: dict[str, Any]) -> list[str]:
+        return [f" ({a.get('reason', '')}): {fmt_bytes(a.get('traced_bytes'))} traced, peak "
+                f"{fmt_bytes(a.get('peak_bytes'))}",
+                *(f"{fmt_bytes(site.get('bytes')):>10} in {site.get('blocks', 0):,} blocks  "
+                  f"{site.get('where', '')}" for site in (a.get("sites") or [])[:sites]
+                  if isinstance(site, dict))]
+
+    return _marks_section(t, protocol.ALLOCATIONS_MARK, most, lines)
+
+
+def stacks_section(t: Timeline, most: int = STACKS_SHOWN) -> str:
+    """The stacks taken (marks named "stacks": asked for, a straggler's, before an OOM kill, a
+    crash's), the last `most` of them whole, each with its worker, job and time."""
+    return _marks_section(t, protocol.STACKS_MARK, most,
+                          lambda a: [":", *stacks_text(a).splitlines()])
 
 
 def _wrap(phrases: list[str], width: int, indent: str = "    ") -> list[str]:
@@ -420,6 +442,9 @@ def report(t: Timeline, width: int = 80, color: bool = False,
     taken = stacks_section(t)
     if taken:
         parts.append(taken)
+    allocated = allocations_section(t)
+    if allocated:
+        parts.append(allocated)
     slow = cause_lines(stragglers(t), short_worker)
     if slow:
         parts.append("stragglers:\n" + "".join(

@@ -195,7 +195,7 @@ class DeathWatch:
         if not self.cgroups:
             return usage
         where = next(reversed(self.cgroups))
-        return max(0, usage - _inactive_file(where, self.cgroups[where]))
+        return max(0, usage - cgroup.inactive_file(where, self.cgroups[where]))
 
     def _cgroup_dir(self) -> tuple[int, str] | None:
         return cgroup.memory_dir(self.pid, self.mounts)
@@ -307,19 +307,6 @@ class DeathWatch:
                            ("cgroup_peak_bytes", cgroup.read_int(os.path.join(where, peak_file)))):
             if value is not None:
                 figures[key] = value
-
-
-def _inactive_file(where: str, version: int) -> int:
-    """The cgroup's inactive page cache (memory.stat), 0 if unreadable."""
-    key = b"inactive_file " if version == 2 else b"total_inactive_file "
-    try:
-        with open(os.path.join(where, "memory.stat"), "rb") as f:
-            for line in f:
-                if line.startswith(key):
-                    return int(line[len(key):])
-    except (OSError, ValueError):
-        return 0
-    return 0
 
 
 def _effective_limit(where: str, limit_file: str, mount_point: str) -> int | None:

@@ -139,6 +139,10 @@ class _HeavyJob:
         spans.enter_job(self.job, self.writer)
         with _heavy_lock:
             _heavy_open.append(self)
+        if self.config.allocations:
+            from . import allocations
+
+            allocations.start(self.config.allocations, self.config.stacks_memory)
 
     def _open_keepers(self) -> list[_HeavyJob]:
         """The open jobs this one is nested in (on its thread) that keep their timeline."""
@@ -146,6 +150,10 @@ class _HeavyJob:
                 if j is not self and j.want_timeline and j.thread == self.thread]
 
     def end(self, exc: BaseException | None) -> None:
+        if self.config.allocations:
+            from . import allocations
+
+            allocations.snapshot("job end")
         spans.leave_job(self.job)
         with _heavy_lock:
             if self in _heavy_open:
@@ -517,7 +525,8 @@ class Queued(Generic[P, R]):
 
     def __init__(self, job: _Profiled[P, R] | Callable[P, R], submitted: int) -> None:
         # A profiled that cloudpickle copied is a function over it: its runner is found again.
-        self.job, self.submitted = _runner(job), submitted
+        self.job: _Profiled[P, R] | Callable[P, R] = _runner(job)
+        self.submitted = submitted
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if not isinstance(self.job, _Profiled):  # never the job's problem: run it, unstamped
