@@ -39,13 +39,14 @@ def read_int(path: str) -> int | None:
 
 
 def controller_dir(pid: int | str, controller: str, probe: str,
-                   mounts: dict[int, tuple[str, str]] | None = None) -> tuple[int, str] | None:
+                   mounts: dict[int, tuple[str, str]] | None = None,
+                   found: tuple[int, str] | None = None) -> tuple[int, str] | None:
     """(cgroup version, directory) of pid's cgroup of one controller as this process sees it,
     or None (no such controller, a cgroup outside what the mounts show, the process gone).
     probe: a file the directory has where the controller is there (v2 lists every cgroup, with
     or without the controller); mounts: procfs.cgroup_mounts(controller), read once by a
-    caller that looks often."""
-    found = procfs.read_memory_cgroup(pid, controller)
+    caller that looks often; found: procfs.read_memory_cgroup(pid, controller), read already."""
+    found = procfs.read_memory_cgroup(pid, controller) if found is None else found
     mounts = procfs.cgroup_mounts(controller) if mounts is None else mounts
     if found is None or found[0] not in mounts:
         return None
@@ -66,7 +67,7 @@ def memory_dir(pid: int | str,
     found = procfs.read_memory_cgroup(pid)
     if found is None:
         return None
-    return controller_dir(pid, "memory", FILES[found[0]][0], mounts)
+    return controller_dir(pid, "memory", FILES[found[0]][0], mounts, found)
 
 
 def inactive_file(where: str, version: int) -> int:

@@ -260,7 +260,10 @@ CUMULATIVE = frozenset({
     "cpu_user_s", "cpu_system_s", "cpu_s", "read_bytes", "write_bytes", "read_chars",
     "write_chars", "ctx_switches_voluntary", "ctx_switches_involuntary", "net_sent_bytes",
     "net_recv_bytes", "net_sent_packets", "net_recv_packets", "disk_read_bytes",
-    "disk_write_bytes",
+    "disk_write_bytes", "major_faults", "run_delay_s", "blkio_delay_s", "cgroup_cpu_throttled_s",
+    "cgroup_cpu_throttled_periods", "cgroup_cpu_periods",
+    *(f"{scope}psi_{r}_{kind}_s" for scope in ("", "cgroup_") for r in ("cpu", "memory", "io")
+      for kind in ("some", "full")),
 })
 
 

@@ -36,7 +36,8 @@ def test_run_delay_is_the_second_field_and_none_where_unkept():
 
 
 def _evidence(**kw: float) -> Evidence:
-    base = dict(wall_s=1.0, cpu_user_s=0.8, cpu_system_s=0.0, run_delay_s=0.05,
+    base = dict(jobs=1, wall_s=1.0, cpu_user_s=0.8, cpu_system_s=0.0, run_delay_s=0.05,
+                children_run_delay_s=0.0,
                 other_threads_cpu_s=0.0, other_threads=0, process_cpu_s=0.8, throttled_s=0.0,
                 throttled_periods=0.0, memory_stall_s=0.0, io_stall_s=0.0, major_faults=0.0,
                 storage_bytes=0.0, blkio_delay_s=0.0, memory_use=None, gpu_util=None,
@@ -59,3 +60,34 @@ def test_a_peer_as_fast_as_the_rest_names_nothing_it_lacks():
     cause, because, _ = judge(_evidence(wall_s=3.0, cpu_user_s=0.8, throttled_s=2.0,
                                         throttled_periods=20, run_delay_s=2.05), peers)
     assert cause == causes.THROTTLED and "2 s" in because
+
+
+def test_twice_the_jobs_at_the_peers_pace_is_more_jobs_not_slower_code():
+    peers = [_evidence() for _ in range(5)]
+    twice = _evidence(jobs=2, wall_s=2.0, cpu_user_s=1.6, run_delay_s=0.1, process_cpu_s=1.6)
+    cause, because, _ = judge(twice, peers)
+    assert cause == causes.MORE_JOBS and "2 jobs against 1" in because
+
+
+def test_throttled_time_counts_no_more_than_its_thread_did_not_run():
+    """A cgroup throttled over many CPUs (40 s of CPU time held) accounts for at most the
+    time its job thread spent not running."""
+    peers = [_evidence() for _ in range(5)]
+    cause, _, candidates = judge(_evidence(wall_s=3.0, throttled_s=40.0, run_delay_s=2.1),
+                                 peers)
+    assert cause == causes.THROTTLED
+    assert dict((c, sec) for c, sec, _ in candidates)[causes.THROTTLED] <= 2.1
+
+
+def test_jobs_without_samples_get_no_cause():
+    """Four workers whose jobs no sample covers (light mode, a lost sidecar): the straggler
+    is told, with no cause made up from the missing figures."""
+    from workerscope.protocol import Status
+    from workerscope.timeline import Job, Timeline, Worker
+
+    t = Timeline(workers={f"w{i}": Worker(f"w{i}") for i in range(4)},
+                 jobs=[Job(f"w{i}", 1, "job", 0, (5 if i == 3 else 1) * 10**9, Status.OK, None,
+                           100 + i, 100 + i) for i in range(4)])
+    (found,) = causes.stragglers(t)
+    assert found.worker == "w3" and found.cause is None and not found.candidates
+    assert "no samples cover its jobs" in found.text

@@ -1,19 +1,24 @@
 """Why a straggler was slow: a cause for each straggling worker, with the numbers behind it, or
 "no clear cause" and the two best candidates. The one rule, for every view:
 
-- a straggler is a worker whose job time passes timeline.is_straggler against its peers';
-- each worker's evidence is read over its jobs from the samples the sidecar took at their
-  edges and between (counters as the difference across each job, summed over its jobs): its
-  job threads' CPU and run delay (runnable, waiting for a CPU), the other threads' CPU in the
-  job's process, the tree's other processes' CPU and run delay, its cgroup's CPU throttling,
-  the pressure stalls (PSI: its cgroup's, else the host's), major faults, storage IO, block IO
-  delay, its cgroup's memory use against its limit, the GPUs' use and clocks, and the spans'
-  own time by function;
-- the extra time is its job time less the median peer's. Each cause is given the seconds of
-  that extra time its own evidence accounts for, against the median of the same evidence on
-  the peers (so a machine that is busy for everyone blames no one):
-  throttled: the extra time its cgroup's quota held it; CPU-starved: the extra run delay not
-  throttling's; memory pressure (only with a memory signal: an extra memory stall, extra major
+- a straggler is a worker whose job time passes timeline.is_straggler against its peers'
+  (jobs that ended in a death, killed, OOM-killed or lost, are told as deaths and left out);
+- each worker's evidence is read over those of its jobs its samples cover (its job process's
+  CPU sampled across the whole job; a worker with none gets no cause), each counter taken
+  straight between the samples on either side of the job's start and end, summed over its
+  jobs: its job threads' CPU and run delay (runnable, waiting for a CPU), the other threads'
+  CPU in the job's process, the tree's other processes' run delay, its cgroup's CPU
+  throttling, the pressure stalls (PSI: its cgroup's, else the host's), major faults,
+  storage IO, block IO delay, its cgroup's memory use against its limit, the GPUs' use (and
+  their clocks while busy), and the spans' own time by function;
+- the extra time is its job time less the median peer's; the peers' figures are scaled to
+  its number of jobs, and what its number of jobs alone accounts for is "more jobs". Each
+  cause is given the seconds of the extra time its own evidence accounts for, against the
+  median of the same evidence on the peers (so a machine busy for everyone blames no one):
+  throttled: its extra throttled CPU time, at most the time its job thread did not run;
+  CPU-starved: the extra run delay (beyond what its peers' share of runnable time gives its
+  own CPU time) not throttling's, and its other processes' extra run delay while it waited
+  on them; memory pressure (only with a memory signal: an extra memory stall, extra major
   faults, or a cgroup near its limit while storage was read): the extra memory stall, the
   extra system CPU of reclaim and faults, and the extra blocked time where it read back from
   storage; IO-bound (only with extra storage IO, an IO stall or block IO delay): the extra
@@ -21,10 +26,11 @@
   ran more; GPU-bound (its GPUs over GPU_BUSY busy): the extra blocked time; GPU clocks low:
   the share of the extra time its lower clock accounts for; input-starved (no IO or memory
   signal): the extra blocked time left; slower code path: the extra CPU its job threads
-  computed themselves (user time, and system time without a memory signal), told with the
-  functions whose own time grew most against the median peer;
+  computed themselves (user time, and system time without a memory signal), grossed up by
+  the peers' wait for a CPU, told with the functions whose own time grew most;
 - the cause named is the one whose seconds are at least CLEAR_SHARE of the extra time and
-  CLEAR_LEAD times the next; else "no clear cause", with the two best.
+  CLEAR_LEAD times the next; else "no clear cause", with the two best. The GPU figures are
+  of every GPU the sidecar reads on the host (docs/METRICS.md), not only the worker's.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ..protocol import Status
 from ..timeline import Job, Sample, Span, Timeline, straggler_limit
 from ..units import fmt_bytes, fmt_seconds
 
@@ -47,7 +54,9 @@ INPUT = "input-starved"
 GPU_BOUND = "GPU-bound"
 GPU_CLOCKS = "GPU clocks low"
 CODE_PATH = "slower code path"
-CAUSES = (CPU_STARVED, THROTTLED, IO_BOUND, MEMORY, GIL, INPUT, GPU_BOUND, GPU_CLOCKS, CODE_PATH)
+MORE_JOBS = "more jobs"
+CAUSES = (CPU_STARVED, THROTTLED, IO_BOUND, MEMORY, GIL, INPUT, GPU_BOUND, GPU_CLOCKS, CODE_PATH,
+          MORE_JOBS)
 NO_CLEAR_CAUSE = "no clear cause"
 
 CLEAR_SHARE = 0.5  # of the extra time, what the named cause must account for
@@ -58,16 +67,19 @@ NEAR_LIMIT = 0.9  # a cgroup's memory use against its limit that is a signal wit
 GPU_BUSY = 80.0  # GPU utilisation (%) over which waiting on it is GPU-bound
 LOW_CLOCK = 0.85  # a GPU clock under this share of the peers' median is low
 FUNCTIONS_SHOWN = 3
+DIED = frozenset({Status.KILLED, Status.OOM_KILLED, Status.LOST})
 
 
 @dataclass(frozen=True)
 class Evidence:
     """One worker's figures over its jobs (seconds, bytes, counts; None where unmeasured)."""
 
+    jobs: int  # the jobs its samples cover, over which the rest is summed
     wall_s: float
     cpu_user_s: float  # its job threads' own (the process's where its threads are not sampled)
     cpu_system_s: float
-    run_delay_s: float  # its job threads' and the tree's other processes'
+    run_delay_s: float  # its job threads'
+    children_run_delay_s: float  # the tree's other processes'
     other_threads_cpu_s: float  # the job processes' other threads
     other_threads: int  # how many of them ran (over 10 ms)
     process_cpu_s: float  # the job processes' whole
@@ -110,6 +122,9 @@ class Straggler:
                 f"on the median peer")
         if self.cause is not None:
             return f"{self.cause}: {self.because} ({head})"
+        if not self.candidates:
+            return (f"{NO_CLEAR_CAUSE} ({head}): no samples cover its jobs (light mode, a "
+                    f"sidecar lost, frames lost), or too few of its peers'")
         best = "; ".join(f"{c} ({fmt_seconds(s)} of the extra time: {why})"
                          for c, s, why in self.candidates[:2] if s > 0)
         return f"{NO_CLEAR_CAUSE} ({head})" + (f"; the two best: {best}" if best else "")
@@ -117,56 +132,86 @@ class Straggler:
 
 # -- evidence ------------------------------------------------------------------------------------
 class _Series:
-    """One sample stream (worker, scope, pid, tid), in time order, to read counters across a
-    window."""
+    """One sample stream (worker, scope, pid, tid), to read counters across a window: each
+    key's (times, values) kept apart, in time order, made the first time the key is asked."""
 
     def __init__(self) -> None:
         self.times: list[int] = []
         self.values: list[dict[str, float]] = []
+        self._keys: dict[str, tuple[list[int], list[float]]] = {}
+
+    def _of(self, key: str) -> tuple[list[int], list[float]]:
+        got = self._keys.get(key)
+        if got is None:
+            pairs = [(t, v[key]) for t, v in zip(self.times, self.values, strict=True) if key in v]
+            got = self._keys[key] = ([t for t, _ in pairs], [v for _, v in pairs])
+        return got
+
+    def at(self, key: str, t: int) -> float | None:
+        """The counter at time t, straight between the samples on either side (the first or
+        last value outside them); None where the stream never has it."""
+        times, values = self._of(key)
+        if not times:
+            return None
+        i = bisect.bisect_left(times, t)
+        if i == 0:
+            return values[0]
+        if i == len(times):
+            return values[-1]
+        t0, t1, v0, v1 = times[i - 1], times[i], values[i - 1], values[i]
+        return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
 
     def delta(self, key: str, start: int, end: int) -> float | None:
-        """How much a counter grew across [start, end]: from the last sample at or before
-        start that has it (else the first after) to the first at or after end (else the
-        last before)."""
-        times, values = self.times, self.values
-        i = bisect.bisect_right(times, start) - 1
-        first = next((v[key] for v in reversed(values[:i + 1]) if key in v), None)
-        if first is None:
-            first = next((v[key] for t, v in zip(times, values, strict=True)
-                          if t > start and key in v and t <= end), None)
-        k = bisect.bisect_left(times, end)
-        last = next((v[key] for v in values[k:] if key in v), None)
-        if last is None:
-            last = next((v[key] for t, v in zip(reversed(times[:k]), reversed(values[:k]),
-                                                 strict=True) if key in v and t >= start), None)
+        """How much a counter grew across [start, end]; None where the stream never has it."""
+        first, last = self.at(key, start), self.at(key, end)
         if first is None or last is None:
             return None
         return max(last - first, 0.0)
+
+    def covers(self, key: str, start: int, end: int) -> bool:
+        """Whether samples with the key bracket the window, or fall inside it at both ends
+        within a tenth of its length (a stream that stopped at a death does not)."""
+        times, _ = self._of(key)
+        if not times:
+            return False
+        slack = max((end - start) // 10, 1)
+        return times[0] <= start + slack and times[-1] >= end - slack
 
     def within(self, start: int, end: int) -> Iterable[dict[str, float]]:
         lo, hi = bisect.bisect_left(self.times, start), bisect.bisect_right(self.times, end)
         return self.values[lo:hi]
 
 
-def _index(samples: Iterable[Sample]) -> dict[tuple[str, str, int | None, int | None], _Series]:
-    out: dict[tuple[str, str, int | None, int | None], _Series] = {}
-    for s in sorted(samples, key=lambda s: s.t_ns):
-        scope = "gpu" if s.scope.startswith("gpu") else s.scope
-        key = (s.worker, scope, s.pid if scope in ("proc", "thread") else None,
-               s.tid if scope == "thread" else None)
-        series = out.get(key)
-        if series is None:
-            series = out[key] = _Series()
-        series.times.append(s.t_ns)
-        series.values.append(s.values)
-    return out
+_Key = tuple[str, str, int | None, int | None]
 
 
-def _sum(series: _Series | None, keys: tuple[str, ...], start: int, end: int) -> float | None:
+class _Index:
+    """The samples of a timeline as streams, and each process's thread streams, made once."""
+
+    def __init__(self, samples: Iterable[Sample]) -> None:
+        self.series: dict[_Key, _Series] = {}
+        self.threads: dict[tuple[str, int | None], list[tuple[int, _Series]]] = {}
+        for smp in sorted(samples, key=lambda x: x.t_ns):
+            scope = "gpu" if smp.scope.startswith("gpu") else smp.scope
+            key = (smp.worker, scope, smp.pid if scope in ("proc", "thread") else None,
+                   smp.tid if scope == "thread" else None)
+            stream = self.series.get(key)
+            if stream is None:
+                stream = self.series[key] = _Series()
+                if scope == "thread" and smp.tid is not None:
+                    self.threads.setdefault((smp.worker, smp.pid), []).append((smp.tid, stream))
+            stream.times.append(smp.t_ns)
+            stream.values.append(smp.values)
+
+    def get(self, key: _Key) -> _Series | None:
+        return self.series.get(key)
+
+
+def _cpu(series: _Series | None, start: int, end: int) -> float | None:
     if series is None:
         return None
-    parts = [series.delta(k, start, end) for k in keys]
-    return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+    user, system = series.delta("cpu_user_s", start, end), series.delta("cpu_system_s", start, end)
+    return None if user is None or system is None else user + system
 
 
 def _own_times(spans: list[Span]) -> tuple[dict[str, float], dict[str, int]]:
@@ -186,54 +231,56 @@ def _own_times(spans: list[Span]) -> tuple[dict[str, float], dict[str, int]]:
     return own, calls
 
 
-def evidence(t: Timeline, jobs: list[Job], series: dict[tuple[str, str, int | None, int | None],
-                                                        _Series] | None = None,
-             spans: list[Span] | None = None) -> Evidence:
-    """One worker's Evidence over `jobs` (ended ones), from the timeline's samples and spans
-    (series: _index(t.samples), computed once by a caller asking for many workers; spans: the
-    worker's)."""
-    index = _index(t.samples) if series is None else series
-    acc = dict.fromkeys(("wall", "user", "system", "delay", "other", "proc", "thr", "periods",
-                         "mem", "io", "faults", "bytes", "blkio"), 0.0)
+def evidence(t: Timeline, jobs: list[Job], index: _Index | None = None,
+             spans: list[Span] | None = None) -> Evidence | None:
+    """One worker's Evidence over those of `jobs` (ended ones) that its samples cover (its
+    job process's CPU measured across the whole job); None where none is covered: light mode,
+    a sidecar lost, frames lost. index: _Index(t.samples), made once by a caller asking for
+    many workers; spans: the worker's."""
+    index = _Index(t.samples) if index is None else index
+    acc = dict.fromkeys(("wall", "user", "system", "delay", "children", "other", "proc", "thr",
+                         "periods", "mem", "io", "faults", "bytes", "blkio"), 0.0)
     others: set[int] = set()
     use: float | None = None
     util: list[float] = []
     clock: list[float] = []
+    counted: list[Job] = []
     for j in jobs:
         if j.end_ns is None:
             continue
         w, a, b = j.worker, j.start_ns, j.end_ns
-        acc["wall"] += (b - a) / 1e9
         proc = index.get((w, "proc", j.pid, None))
+        if proc is None or not proc.covers("cpu_user_s", a, b):
+            continue  # unmeasured: no figure is better than a zero taken for one
+        counted.append(j)
+        acc["wall"] += (b - a) / 1e9
         thread = index.get((w, "thread", j.pid, j.tid)) if j.tid is not None else None
-        cpu_proc = _sum(proc, ("cpu_user_s", "cpu_system_s"), a, b) or 0.0
+        cpu_proc = _cpu(proc, a, b) or 0.0
         acc["proc"] += cpu_proc
-        user = thread.delta("cpu_user_s", a, b) if thread is not None else None
-        system = thread.delta("cpu_system_s", a, b) if thread is not None else None
-        if user is None or system is None:  # its thread unsampled: its process stands in
-            user = proc.delta("cpu_user_s", a, b) if proc is not None else None
-            system = proc.delta("cpu_system_s", a, b) if proc is not None else None
-            user, system = user or 0.0, system or 0.0
+        own = _cpu(thread, a, b) if thread is not None and thread.covers("cpu_user_s", a, b) \
+            else None
+        if own is None:  # its thread unsampled: its process stands in
+            user, system = proc.delta("cpu_user_s", a, b), proc.delta("cpu_system_s", a, b)
+            delay_series = proc
         else:
-            acc["other"] += max(cpu_proc - user - system, 0.0)
-            for key, s in index.items():
-                if key[0] == w and key[1] == "thread" and key[2] == j.pid and key[3] != j.tid:
-                    ran = _sum(s, ("cpu_user_s", "cpu_system_s"), a, b)
-                    if ran is not None and ran > 0.01 and key[3] is not None:
-                        others.add(key[3])
-        acc["user"] += user
-        acc["system"] += system
-        delay = thread.delta("run_delay_s", a, b) if thread is not None else None
-        if delay is None and proc is not None:
-            delay = proc.delta("run_delay_s", a, b)
+            assert thread is not None
+            user, system = thread.delta("cpu_user_s", a, b), thread.delta("cpu_system_s", a, b)
+            delay_series = thread
+            acc["other"] += max(cpu_proc - own, 0.0)
+            for tid, stream in index.threads.get((w, j.pid), []):
+                if tid != j.tid and (_cpu(stream, a, b) or 0.0) > 0.01:
+                    others.add(tid)
+        acc["user"] += user or 0.0
+        acc["system"] += system or 0.0
+        acc["delay"] += delay_series.delta("run_delay_s", a, b) or 0.0
         tree = index.get((w, "tree", None, None))
-        tree_delay = tree.delta("run_delay_s", a, b) if tree is not None else None
-        proc_delay = proc.delta("run_delay_s", a, b) if proc is not None else None
-        acc["delay"] += (delay or 0.0) + max((tree_delay or 0.0) - (proc_delay or 0.0), 0.0)
         if tree is not None:
+            # The tree's other processes' run delay: theirs, apart from the job thread's.
+            tree_delay = tree.delta("run_delay_s", a, b) or 0.0
+            acc["children"] += max(tree_delay - (proc.delta("run_delay_s", a, b) or 0.0), 0.0)
             acc["faults"] += tree.delta("major_faults", a, b) or 0.0
-            acc["bytes"] += _sum(tree, ("read_bytes",), a, b) or 0.0
-            acc["bytes"] += _sum(tree, ("write_bytes",), a, b) or 0.0
+            acc["bytes"] += (tree.delta("read_bytes", a, b) or 0.0) + \
+                (tree.delta("write_bytes", a, b) or 0.0)
             acc["blkio"] += tree.delta("blkio_delay_s", a, b) or 0.0
         host = index.get((w, "host", None, None))
         if host is not None:
@@ -249,20 +296,25 @@ def evidence(t: Timeline, jobs: list[Job], series: dict[tuple[str, str, int | No
         gpu = index.get((w, "gpu", None, None))
         if gpu is not None:
             for v in gpu.within(a, b):
-                if "util_percent" in v:
-                    util.append(v["util_percent"])
-                if "sm_clock_mhz" in v:
-                    clock.append(v["sm_clock_mhz"])
-    ids = {j.id for j in jobs}
-    mine = spans if spans is not None else [s for s in t.spans if jobs and s.worker == jobs[0].worker]
+                busy = v.get("util_percent")
+                if busy is not None:
+                    util.append(busy)
+                    # A clock is compared only while the GPU works: an idle one drops its own.
+                    if busy >= 50 and "sm_clock_mhz" in v:
+                        clock.append(v["sm_clock_mhz"])
+    if not counted:
+        return None
+    ids = {j.id for j in counted}
+    mine = spans if spans is not None else [s for s in t.spans if s.worker == counted[0].worker]
     own_time, calls = _own_times([s for s in mine if s.job in ids])
     return Evidence(
-        wall_s=acc["wall"], cpu_user_s=acc["user"], cpu_system_s=acc["system"],
-        run_delay_s=acc["delay"], other_threads_cpu_s=acc["other"], other_threads=len(others),
-        process_cpu_s=acc["proc"], throttled_s=acc["thr"], throttled_periods=acc["periods"],
-        memory_stall_s=acc["mem"], io_stall_s=acc["io"], major_faults=acc["faults"],
-        storage_bytes=acc["bytes"], blkio_delay_s=acc["blkio"], memory_use=use,
-        gpu_util=statistics.fmean(util) if util else None,
+        jobs=len(counted), wall_s=acc["wall"], cpu_user_s=acc["user"],
+        cpu_system_s=acc["system"], run_delay_s=acc["delay"],
+        children_run_delay_s=acc["children"], other_threads_cpu_s=acc["other"],
+        other_threads=len(others), process_cpu_s=acc["proc"], throttled_s=acc["thr"],
+        throttled_periods=acc["periods"], memory_stall_s=acc["mem"], io_stall_s=acc["io"],
+        major_faults=acc["faults"], storage_bytes=acc["bytes"], blkio_delay_s=acc["blkio"],
+        memory_use=use, gpu_util=statistics.fmean(util) if util else None,
         sm_clock_mhz=statistics.fmean(clock) if clock else None, functions=own_time, calls=calls)
 
 
@@ -275,9 +327,12 @@ def judge(e: Evidence, peers: list[Evidence]) -> tuple[str | None, str, tuple[tu
     """(cause or None, its sentence, every candidate best first) for a worker's Evidence
     against its peers'."""
     def med(get: Callable[[Evidence], float]) -> float:
-        return _median([get(p) for p in peers])
+        """The median peer's figure, for as many jobs as this worker's."""
+        return _median([get(p) * e.jobs / p.jobs for p in peers if p.jobs])
 
     wall = e.wall_s
+    # What made it a straggler, and what is left of that once its number of jobs is counted.
+    total = max(wall - _median([p.wall_s for p in peers]), 1e-9)
     extra = max(wall - med(lambda p: p.wall_s), 1e-9)
     x_thr = e.throttled_s - med(lambda p: p.throttled_s)
     # Run delay accrues while a thread is runnable, at the machine's rate, whatever made it
@@ -297,20 +352,32 @@ def judge(e: Evidence, peers: list[Evidence]) -> tuple[str | None, str, tuple[tu
     x_user = e.cpu_user_s - med(lambda p: p.cpu_user_s)
     x_system = e.cpu_system_s - med(lambda p: p.cpu_system_s)
     blocked = max(x_blocked, 0.0)
+    # Throttled time is the cgroup's CPU time held, over all its CPUs: no more of it counts
+    # than its job thread spent not running (waiting for a CPU, where the kernel counts it
+    # there, or else in what looks blocked).
+    throttled = min(max(x_thr, 0.0), max(x_delay, 0.0) + blocked, extra)
+    blocked = max(blocked - max(throttled - max(x_delay, 0.0), 0.0), 0.0)
+    # Its tree's other processes waited for a CPU while its thread waited on them.
+    children = min(max(e.children_run_delay_s - med(lambda p: p.children_run_delay_s), 0.0),
+                   blocked)
+    blocked -= children
     io_signal = x_bytes >= IO_BYTES or x_io >= 0.1 * extra or x_blkio >= 0.1 * extra
     memory_signal = (x_mem >= 0.1 * extra or x_faults >= MAJOR_FAULTS
                      or (e.memory_use is not None and e.memory_use >= NEAR_LIMIT
                          and x_bytes >= IO_BYTES))
     out: list[tuple[str, float, str]] = []
     share = e.run_delay_s / wall if wall else 0.0
-    out.append((THROTTLED, min(max(x_thr, 0.0), extra),
-                f"its cgroup's CPU quota held it back {fmt_seconds(e.throttled_s)} "
+    out.append((THROTTLED, throttled,
+                f"its cgroup's CPU quota was spent for {fmt_seconds(e.throttled_s)} of CPU time "
                 f"({e.throttled_periods:,.0f} periods throttled; the median peer "
                 f"{fmt_seconds(med(lambda p: p.throttled_s))})"))
-    out.append((CPU_STARVED, min(max(x_delay - max(x_thr, 0.0), 0.0), extra),
+    starved = max(x_delay - throttled, 0.0) + children
+    out.append((CPU_STARVED, min(starved, extra),
                 f"waited {share:.0%} of its {fmt_seconds(wall)} for a CPU, "
                 f"{_share(e.run_delay_s, e.run_delay_s + cpu):.0%} of the time it could run "
-                f"(the median peer {rate:.0%})"))
+                f"(the median peer {rate:.0%})" + (
+                    f"; its other processes waited {fmt_seconds(e.children_run_delay_s)}"
+                    if children > 0 else "")))
     memory = 0.0
     if memory_signal:
         memory = max(x_mem, 0.0) + max(x_system, 0.0) + (blocked if io_signal else 0.0)
@@ -356,9 +423,14 @@ def judge(e: Evidence, peers: list[Evidence]) -> tuple[str | None, str, tuple[tu
     # that comes with them, at the peers' rate.
     computed = (max(x_user, 0.0) + (0.0 if memory_signal else max(x_system, 0.0))) / (1 - rate)
     out.append((CODE_PATH, min(computed, extra), _code_path(e, peers, med)))
+    peer_jobs = _median([float(p.jobs) for p in peers])
+    out.append((MORE_JOBS, max(total - extra, 0.0) if e.jobs > peer_jobs else 0.0,
+                f"it ran {e.jobs:,} jobs against {peer_jobs:,.0f} on the median peer, each "
+                f"{fmt_seconds(wall / e.jobs)} against "
+                f"{fmt_seconds(_median([p.wall_s / p.jobs for p in peers if p.jobs]))}"))
     out.sort(key=lambda c: -c[1])
     best, second = out[0], out[1]
-    if best[1] >= CLEAR_SHARE * extra and best[1] >= CLEAR_LEAD * second[1]:
+    if best[1] >= CLEAR_SHARE * total and best[1] >= CLEAR_LEAD * second[1]:
         return best[0], best[2], tuple(out)
     return None, "", tuple(out)
 
@@ -398,6 +470,8 @@ def stragglers(t: Timeline, live: bool = False) -> list[Straggler]:
             latest[smp.worker] = max(latest.get(smp.worker, smp.t_ns), smp.t_ns)
     by_worker: dict[str, list[Job]] = {}
     for job in t.jobs:
+        if job.status in DIED:
+            continue  # a death, told as one (deaths.py): its time is not a job's to compare
         j = job
         if j.end_ns is None and j.worker in latest and latest[j.worker] > j.start_ns:
             j = dataclasses.replace(j, end_ns=latest[j.worker])
@@ -411,17 +485,21 @@ def stragglers(t: Timeline, live: bool = False) -> list[Straggler]:
     slow = [w for w, s in walls.items() if s > limit]
     if not slow:
         return []
-    index = _index(t.samples)
+    index = _Index(t.samples)
     spans: dict[str, list[Span]] = {}
     for s in t.spans:
         spans.setdefault(s.worker, []).append(s)
     found = {w: evidence(t, jobs, index, spans.get(w, [])) for w, jobs in by_worker.items()}
     out = []
     for w in slow:
-        peers = [e for other, e in found.items() if other != w]
-        cause, because, candidates = judge(found[w], peers)
-        out.append(Straggler(w, walls[w], _median([p.wall_s for p in peers]), cause, because,
-                             candidates))
+        peers = [e for other, e in found.items() if other != w and e is not None]
+        mine = found[w]
+        median = _median([walls[other] for other in walls if other != w])
+        if mine is None or len(peers) < 2:
+            out.append(Straggler(w, walls[w], median, None, "", ()))
+            continue
+        cause, because, candidates = judge(mine, peers)
+        out.append(Straggler(w, walls[w], median, cause, because, candidates))
     out.sort(key=lambda s: -s.wall_s)
     return out
 

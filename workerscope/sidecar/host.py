@@ -26,16 +26,16 @@ _CHUNK = 1 << 16
 log = logging.getLogger("workerscope.sidecar")
 
 
-def _cpu_freq_files() -> list[tuple[str, str]]:
-    """(name, path) of each core's current clock (cpufreq), where the kernel shows them (not
-    in most virtual machines)."""
-    base = "/sys/devices/system/cpu"
+def _cpu_freq_files(pid: int, most: int = 64) -> list[tuple[str, str]]:
+    """(name, path) of the current clock (cpufreq) of each core the worker may run on (at
+    most `most` of them), where the kernel shows them (not in most virtual machines)."""
     try:
-        cores = sorted(n for n in os.listdir(base) if n[3:].isdigit() and n.startswith("cpu"))
+        cores = sorted(os.sched_getaffinity(pid))[:most]
     except OSError:
         return []
-    return [(f"freq {n}", p) for n in cores
-            if os.path.exists(p := f"{base}/{n}/cpufreq/scaling_cur_freq")]
+    base = "/sys/devices/system/cpu"
+    return [(f"freq cpu{n}", p) for n in cores
+            if os.path.exists(p := f"{base}/cpu{n}/cpufreq/scaling_cur_freq")]
 
 
 def _disks() -> frozenset[bytes]:
@@ -58,7 +58,7 @@ class HostSampler:
         for name, path in (("stat", "/proc/stat"), ("memory", "/proc/meminfo"),
                            ("network", "/proc/net/dev"), ("disk", "/proc/diskstats"),
                            ("load", "/proc/loadavg"), ("cgroups", f"/proc/{self.pid}/cgroup"),
-                           *_cpu_freq_files()):
+                           *_cpu_freq_files(self.pid)):
             self._open(name, path)
         self._cgroups = b""  # the worker's /proc/PID/cgroup when its cgroups were last found
         self._cpu_version = 0
@@ -103,6 +103,26 @@ class HostSampler:
             except OSError:
                 pass  # a kernel without PSI (or psi=0): no pressure, said in docs/METRICS.md
 
+    def _follow_cgroups(self) -> None:
+        """Find the worker's cgroups again where its /proc/PID/cgroup changed: not for a worker
+        that is exiting (an exiting task shows "/" in every v1 hierarchy), nor once it is gone
+        (its file unreadable: dropped, and nothing to say)."""
+        fd = self._fds.get("cgroups")
+        if fd is None:
+            return
+        try:
+            text = os.pread(fd, _CHUNK, 0)
+        except OSError:
+            os.close(self._fds.pop("cgroups"))
+            return
+        if not text or text == self._cgroups:
+            return
+        paths = {line.split(b":", 2)[-1] for line in text.splitlines() if line.count(b":") >= 2}
+        if paths == {b"/"} and self._cgroups and paths != {
+                line.split(b":", 2)[-1] for line in self._cgroups.splitlines()}:
+            return  # an exiting task's: keep measuring the cgroups it ran in
+        self._find_cgroups(text)
+
     def __del__(self) -> None:
         self.close()
 
@@ -145,9 +165,7 @@ class HostSampler:
             return out
         if now_ns is not None:
             self._slow_t = now_ns
-        moved = self._read("cgroups")
-        if moved is not None and moved != self._cgroups:
-            self._find_cgroups(moved)
+        self._follow_cgroups()
         if self.evidence:
             self._pressure(out)
         if "cgroup limit" in self._fds:

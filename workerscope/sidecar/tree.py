@@ -1155,6 +1155,7 @@ class ProcessTree:
             data = (os.pread(th.sched_fd, 128, 0) if th.sched_fd >= 0
                     else _read_path(f"/proc/{key[0]}/task/{key[1]}/schedstat"))
         except OSError:
+            _close(th.sched_fd)  # held and now unreadable (the thread ended): not asked again
             th.sched_fd = -2
             return
         delay = run_delay(data)
