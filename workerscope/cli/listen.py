@@ -44,6 +44,9 @@ def add_parser(subparsers: Subparsers) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no line per frame")
     p.add_argument("--live", action="store_true",
                    help="a live table of all workers, redrawn every second")
+    p.add_argument("--prometheus", metavar="ADDR",
+                   help="serve /metrics for Prometheus on HOST:PORT (loopback where only "
+                   ":PORT is given; any other address is reachable from elsewhere)")
     p.set_defaults(func=run)
 
 
@@ -61,12 +64,14 @@ def run(args: argparse.Namespace) -> int:
     record = args.output if args.output and args.output.lower().endswith(".wsc") else None
     lines = _FrameLines(frame_line)
     sub = Subscriber(args.bind, on_frame=None if quiet else lines, key=key,
-                     insecure=args.insecure, record=record)
+                     insecure=args.insecure, record=record, prometheus=args.prometheus)
     lines.sub = sub
     stop = stop_on_ctrl_c()
     try:
         with sub:
             print(f"listening on {sub.endpoint}", flush=True)
+            if sub.prometheus_url:
+                print(f"metrics at {sub.prometheus_url}", flush=True)
             if args.live:
                 _live(sub, args.jobs, stop)
             else:

@@ -21,7 +21,10 @@ from ..timeline import Worker, is_straggler, straggler_limit
 
 # Durations of this many most recent jobs make the median a running job is judged against.
 KEEP_JOBS = 1000
-TREE_KEYS = ("cpu_percent", "rss_bytes")  # of a worker's last tree sample, what rows show
+# Of a worker's last tree sample, what rows and the /metrics exporter show.
+TREE_KEYS = ("cpu_percent", "rss_bytes", "peak_rss_bytes", "cpu_user_s", "cpu_system_s",
+             "read_bytes", "write_bytes", "num_procs", "num_threads")
+ENDED = frozenset(str(s) for s in protocol.JOB_END_STATUSES)
 
 
 @dataclass
@@ -34,6 +37,8 @@ class WorkerLive:
     span: str | None = None  # the name of the last span (or mark) recorded
     inside: dict[int, str] = field(default_factory=dict)  # job -> the span it is in now
     failed_jobs: int = 0  # jobs that ended otherwise than ok
+    ended: dict[str, int] = field(default_factory=dict)  # jobs ended, by status
+    gpu_mem: float | None = None  # GPU memory in use, summed over the last sample's GPUs
 
 
 class LiveState:
@@ -57,6 +62,10 @@ class LiveState:
             utils = [float(v["util_percent"]) for _, v in b.get("gpus", ()) if "util_percent" in v]
             if utils:
                 w.gpu_util = sum(utils) / len(utils)
+            mems = [float(v["mem_used_bytes"]) for _, v in b.get("gpus", ())
+                    if "mem_used_bytes" in v]
+            if mems:
+                w.gpu_mem = sum(mems)
         elif frame.kind == protocol.JOB_START:
             w.jobs[_job_id(b)] = (bounded_text(b.get("name"), MAX_NAME), now)
         elif frame.kind == protocol.JOB_END:
@@ -64,8 +73,11 @@ class LiveState:
             if started is None:
                 return False
             self.job_seconds.append(now - started[1])
-            if b.get("status", Status.OK) != Status.OK:
+            status = str(b.get("status", Status.OK))
+            if status != Status.OK:
                 w.failed_jobs += 1
+            key = status if status in ENDED else "other"  # a bounded set of labels
+            w.ended[key] = w.ended.get(key, 0) + 1
             return True
         elif frame.kind == protocol.SPANS and b.get("records"):
             w.span = str(protocol.SpanRecord(*b["records"][-1]).name)  # an older one: shorter

@@ -22,6 +22,7 @@ import psutil
 from ..builder import TimelineBuilder
 from ..protocol import Status
 from ..record import FACTS, Facts, NoteBudget, RecordWriter
+from ..timeline import straggler_limit
 from .live import LiveState
 from .replies import Replies
 
@@ -197,6 +198,37 @@ class ReceiveState:
         with self.cond:
             return self.live.rows(self.builder.t.workers, self.states(), self.lost,
                                   self.dropped, time.monotonic())
+
+    def metrics(self, most: int) -> tuple[list[dict[str, Any]], dict[str, float], int]:
+        """What the /metrics exporter shows, copied under the lock: a row per worker (at most
+        `most`, the most recently heard from), the driver's own counts, and how many workers
+        were left out."""
+        with self.cond:
+            now = time.monotonic()
+            states = self.states()
+            limit = straggler_limit(self.live.job_seconds)
+            known = self.builder.t.workers
+            ids = sorted(known, key=lambda wid: -self.last_seen.get(wid, 0.0))
+            rows: list[dict[str, Any]] = []
+            for wid in ids[:most]:
+                w, live = known[wid], self.live.workers.get(wid)
+                running = [] if live is None else [now - t0 for _, t0 in live.jobs.values()]
+                rows.append({
+                    "worker": wid, "host": w.host, "status": states.get(wid, ""),
+                    "tree": {} if live is None else dict(live.tree),
+                    "gpu_util": None if live is None else live.gpu_util,
+                    "gpu_mem": None if live is None else live.gpu_mem,
+                    "ended": {} if live is None else dict(live.ended),
+                    "running": len(running),
+                    "stragglers": 0 if limit is None else sum(r > limit for r in running),
+                    "received": self.received.get(wid, 0), "lost": self.lost.get(wid, 0),
+                    "dropped": self.dropped.get(wid, 0)})
+            driver: dict[str, float] = {"workers": len(known), "bad_frames": self.bad_frames,
+                      "callback_errors": self.callback_errors, "loop_errors": self.loop_errors,
+                      "jobs_started": self.jobs_started, "jobs_ended": self.jobs_ended,
+                      "kept_bytes": self.kept,
+                      **{f"refused_{k}": v for k, v in self.refused.items()}}
+            return rows, driver, max(len(ids) - most, 0)
 
     def facts(self, closed_wall: int | None = None) -> Facts:
         """What this driver knows that no frame says, and its workers' notes, bounded

@@ -51,6 +51,7 @@ from .connections import Connections, connection_ceiling, local_key
 from .frames import FrameFanout
 from .keys import DriverKeys, ZapHandler
 from .live import LiveState
+from .prometheus import MetricsServer
 from .receive import OnFrame, Receiver
 from .replies import Replies
 from .state import Limits, ReceiveState
@@ -107,8 +108,11 @@ class Subscriber:
                  insecure: bool = False, key: str | None = None,
                  max_connections: int = MAX_CONNECTIONS, max_workers: int = MAX_WORKERS,
                  max_kept_bytes: int | None = None,
-                 record: str | os.PathLike[str] | None = None) -> None:
+                 record: str | os.PathLike[str] | None = None,
+                 prometheus: str | None = None) -> None:
         self.address = address
+        self.prometheus = prometheus  # "HOST:PORT" to serve /metrics on (driver/prometheus.py)
+        self._metrics: MetricsServer | None = None
         self._stacks_ids = itertools.count(1).__next__  # request ids of stacks() (atomic)
         self.receive_queue = receive_queue
         self.insecure = insecure
@@ -137,6 +141,11 @@ class Subscriber:
         self._ipc_path: str | None = None
         self._ipc_ours: tuple[int, int] | None = None
         self._closed_wall: int | None = None
+
+    @property
+    def prometheus_url(self) -> str | None:
+        """Where /metrics is served while started (prometheus="HOST:PORT"; port 0 picks one)."""
+        return None if self._metrics is None else self._metrics.url
 
     @property
     def key(self) -> str | None:
@@ -250,6 +259,9 @@ class Subscriber:
     def start(self) -> Subscriber:
         if self._thread is not None:
             return self
+        if self.prometheus is not None and self._metrics is None:
+            # First: a port that cannot be had fails the start before anything is bound.
+            self._metrics = MetricsServer(self.prometheus, self._state.metrics)
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -349,6 +361,9 @@ class Subscriber:
             self._ipc_path = None
         self._remove_tmpdir()
         self._fanout.close()
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
 
     def _close_sockets(self, sock: zmq.Socket[bytes], ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
         if self._conns is not None:
