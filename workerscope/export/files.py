@@ -54,6 +54,21 @@ def _pftrace_ready() -> None:
 register_format(".pftrace", _pftrace, _pftrace_ready)
 
 
+def _parquet(timeline: Timeline, path: str) -> str:
+    from .parquet import write_parquet
+
+    return write_parquet(timeline, path)
+
+
+def _parquet_ready() -> None:
+    from .parquet import ready
+
+    ready()  # pyarrow is there, or the error that says how to get it
+
+
+register_format(".parquet", _parquet, _parquet_ready)
+
+
 def _repr_html(timeline: Timeline) -> str:
     from .notebook import inline_html
 
