@@ -209,7 +209,8 @@ class Timeline:
     # -- files -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> str:
         """Write by extension: .wsc (native msgpack), .pftrace (Perfetto's protobuf trace),
-        .json (Chrome trace), .html (self-contained report), .csv (samples) or .png (plots).
+        .json (Chrome trace), .html (self-contained report), .csv (samples), .png (plots) or
+        .parquet (a folder of Parquet tables).
         Returns the path.
 
         The formats other than .wsc live in workerscope.export (see _views)."""
