@@ -1,4 +1,4 @@
-"""workerscope's command line: run | attach | listen | report | stacks | demo.
+"""workerscope's command line: run | attach | listen | report | export | stacks | demo.
 
 One module per command, each with `add_parser(subparsers)` and `run(args)`; what they share is
 in _common. Each keeps its heavy imports (the driver's pyzmq, the sidecar, the exporters)
@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import UsageError, WorkerscopeError
-from . import attach, demo, listen, report, run, stacks
+from . import attach, demo, export, listen, report, run, stacks
 from ._common import EXIT_ERROR
 
-DESCRIPTION = "workerscope's command line: run | attach | listen | report | stacks | demo."
-COMMANDS = (run, attach, listen, report, stacks, demo)
+DESCRIPTION = "workerscope's command line: run | attach | listen | report | export | stacks | demo."
+COMMANDS = (run, attach, listen, report, export, stacks, demo)
 
 
 class _Version(argparse.Action):

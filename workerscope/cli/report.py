@@ -29,6 +29,8 @@ def add_parser(subparsers: Subparsers) -> None:
     p.add_argument("--csv", help="write the samples as CSV")
     p.add_argument("--png", help="write resource plots and the Gantt as one PNG (needs matplotlib)")
     p.add_argument("--wsc", help="write a copy in the native format")
+    p.add_argument("--parquet", metavar="DIR", help="write a folder of Parquet tables (spans, "
+                   "jobs, samples, marks, workers; needs 'workerscope[parquet]')")
     p.add_argument("--max-sample-mib", type=float, default=None, metavar="MIB",
                    help="memory for the samples of a record (default 256); past it they are "
                         "folded into time bins, as each worker's notes then say; 0 keeps "
@@ -47,8 +49,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--max-sample-mib must be 0 (every sample) or more")
     if args.jobs is not None and args.jobs < 0:
         raise UsageError("--jobs must be 0 (every job) or more")
-    outputs = [path for path in (args.html, args.json, args.pftrace, args.csv, args.wsc, args.png)
-               if path]
+    parquet = args.parquet
+    if parquet and not parquet.lower().endswith(".parquet"):
+        parquet = parquet.rstrip("/") + ".parquet"  # the folder's name says its format
+    outputs = [path for path in (args.html, args.json, args.pftrace, args.csv, args.wsc, args.png,
+                                 parquet) if path]
     for path in outputs:
         check_output_path(path)  # before the (possibly long) load
     if args.max_sample_mib is None:

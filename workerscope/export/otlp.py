@@ -1,0 +1,330 @@
+"""OpenTelemetry: a Timeline sent to a collector over OTLP/HTTP (protobuf, gzip), built with the
+official opentelemetry-proto messages (the `otlp` extra).
+
+    workerscope export run.wsc --otlp http://collector:4318      send_otlp(timeline, url)
+
+Traces: each job is a trace of its own, the job its root span (SPAN_KIND_INTERNAL), its
+`@timed` spans under it by their parent links; `code.function.name` names the function, an
+error is the span's status with an `exception` event (`exception.type`, `exception.message`,
+`exception.stacktrace`), a span cut short by its process's death has status ERROR and a
+`workerscope.cut_short` event, a job's death (`Job.death`) a `workerscope.death` event. Ids are
+derived from the worker, process, job and span ids, so the same run sent twice gives the same
+ids. Metrics (semantic conventions' names, cumulative sums and gauges at each sample's time):
+`process.cpu.time` (s, `cpu.mode` user/system), `process.memory.usage` (By),
+`process.disk.io` (By, `disk.io.direction` read/write), `process.thread.count`,
+`process.context_switches` (`process.context_switch_type` voluntary/involuntary); per process
+(`process.pid`) and for the whole tree, told apart by `workerscope.scope` ("proc", "tree").
+Resource attributes per worker: `service.name` (settable), `host.name`, `process.pid`,
+`workerscope.worker.id`.
+
+Sending: requests of at most BATCH spans or points; each retried on 429, 502, 503, 504 and on
+connection errors, with backoff (0.5 s doubling to 8 s, at most `retries` times, a
+Retry-After honoured up to 30 s); what still fails is counted in the result, never raised
+(the run's own data stays where it was).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import MissingExtraError
+from ..timeline import Job, Sample, Timeline
+from ..units import json_safe
+
+log = logging.getLogger("workerscope")
+
+BATCH = 5_000  # spans or data points a request
+RETRY_STATUS = frozenset({429, 502, 503, 504})
+MAX_BACKOFF_S = 8.0
+MAX_RETRY_AFTER_S = 30.0
+# (metric, unit, kind, [(sample key, attributes)]): kind "sum" (cumulative) or "gauge".
+METRICS: tuple[tuple[str, str, str, list[tuple[str, dict[str, str]]]], ...] = (
+    ("process.cpu.time", "s", "sum",
+     [("cpu_user_s", {"cpu.mode": "user"}), ("cpu_system_s", {"cpu.mode": "system"})]),
+    ("process.memory.usage", "By", "gauge", [("rss_bytes", {})]),
+    ("process.disk.io", "By", "sum",
+     [("read_bytes", {"disk.io.direction": "read"}), ("write_bytes", {"disk.io.direction": "write"})]),
+    ("process.thread.count", "{thread}", "gauge", [("num_threads", {})]),
+    ("process.context_switches", "{context_switch}", "sum",
+     [("ctx_switches_voluntary", {"process.context_switch_type": "voluntary"}),
+      ("ctx_switches_involuntary", {"process.context_switch_type": "involuntary"})]),
+)
+
+
+@dataclass
+class Sent:
+    """What a send did: requests made and failed (after their retries), spans and points
+    sent, and the last error."""
+
+    requests: int = 0
+    failed: int = 0
+    spans: int = 0
+    points: int = 0
+    spans_dropped: int = 0
+    points_dropped: int = 0
+    last_error: str | None = None
+
+
+def _protos() -> tuple[Any, Any, Any, Any, Any, Any]:
+    try:
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+        from opentelemetry.proto.common.v1 import common_pb2
+        from opentelemetry.proto.metrics.v1 import metrics_pb2
+        from opentelemetry.proto.resource.v1 import resource_pb2
+        from opentelemetry.proto.trace.v1 import trace_pb2
+    except ImportError as err:
+        raise MissingExtraError("OTLP needs opentelemetry-proto: pip install "
+                                "'workerscope[otlp]'") from err
+    return trace_service_pb2, metrics_service_pb2, common_pb2, trace_pb2, metrics_pb2, resource_pb2
+
+
+def ready() -> None:
+    _protos()
+
+
+def _id(size: int, *parts: object) -> bytes:
+    """A stable id of `size` bytes for these parts (never all zeros, which OTLP forbids)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=size).digest()
+    return digest if any(digest) else b"\x01" + digest[1:]
+
+
+def _value(common: Any, v: object) -> Any:
+    out = common.AnyValue()
+    if isinstance(v, bool):
+        out.bool_value = v
+    elif isinstance(v, int) and -(1 << 63) <= v < (1 << 63):
+        out.int_value = v
+    elif isinstance(v, float):
+        out.double_value = v
+    elif isinstance(v, str):
+        out.string_value = v.encode("utf-8", "replace").decode("utf-8")
+    else:
+        import json
+
+        out.string_value = json.dumps(json_safe(v), ensure_ascii=False)
+    return out
+
+
+def _attrs(common: Any, items: dict[str, object]) -> list[Any]:
+    return [common.KeyValue(key=str(k), value=_value(common, v)) for k, v in items.items()
+            if v is not None]
+
+
+def _resource(protos: tuple[Any, ...], t: Timeline, worker: str, service: str) -> Any:
+    _, _, common, _, _, resource_pb2 = protos
+    w = t.workers.get(worker)
+    return resource_pb2.Resource(attributes=_attrs(common, {
+        "service.name": service, "host.name": w.host if w else None,
+        "process.pid": w.pid if w else None, "workerscope.worker.id": worker,
+        "workerscope.node": w.node if w else None}))
+
+
+def _span(protos: tuple[Any, ...], trace_id: bytes, span_id: bytes, parent: bytes | None,
+          name: str, start: int, end: int, attrs: dict[str, object], error: str | None,
+          events: list[tuple[str, int, dict[str, object]]]) -> Any:
+    _, _, common, trace_pb2, _, _ = protos
+    status = trace_pb2.Status(code=trace_pb2.Status.STATUS_CODE_ERROR, message=error) \
+        if error else trace_pb2.Status(code=trace_pb2.Status.STATUS_CODE_UNSET)
+    return trace_pb2.Span(
+        trace_id=trace_id, span_id=span_id, parent_span_id=parent or b"", name=name,
+        kind=trace_pb2.Span.SPAN_KIND_INTERNAL, start_time_unix_nano=max(start, 0),
+        end_time_unix_nano=max(end, start, 0), attributes=_attrs(common, attrs), status=status,
+        events=[trace_pb2.Span.Event(name=n, time_unix_nano=max(at, 0),
+                                     attributes=_attrs(common, a)) for n, at, a in events])
+
+
+def _exception(error: str, tb: object) -> dict[str, object]:
+    kind, _, message = error.partition(": ")
+    return {"exception.type": kind, "exception.message": message or None,
+            "exception.stacktrace": tb if isinstance(tb, str) else None}
+
+
+def trace_spans(t: Timeline, protos: tuple[Any, ...]) -> Iterator[tuple[str, Any]]:
+    """(worker, OTLP span) of every job and span of the timeline."""
+    jobs: dict[tuple[str, int], Job] = {(j.worker, j.id): j for j in t.jobs}
+    # The spans that stand for a job (kind "job"): their children hang from the job's span.
+    job_spans = {(s.worker, s.pid, s.id): s.job for s in t.spans if s.kind == "job"}
+    end_of_run = t.end_ns or 0
+    for j in t.jobs:
+        trace = _id(16, j.worker, j.id)
+        end = j.end_ns if j.end_ns is not None else end_of_run
+        events = []
+        if j.error:
+            events.append(("exception", end, _exception(j.error, None)))
+        if j.death:
+            events.append(("workerscope.death", end, {str(k): v for k, v in j.death.items()}))
+        yield j.worker, _span(protos, trace, _id(8, j.worker, j.pid, "job", j.id), None, j.name,
+                              j.start_ns, end, {"code.function.name": j.name,
+                                                "workerscope.job.status": str(j.status),
+                                                "process.pid": j.pid, "thread.id": j.tid,
+                                                "workerscope.queued_s":
+                                                    None if j.queued_ns is None else j.queued_ns / 1e9},
+                              j.error if j.status != "ok" else None, events)
+    for s in t.spans:
+        if s.kind == "job":
+            continue  # the job's own span is above, from its Job
+        job = jobs.get((s.worker, s.job)) if s.job is not None else None
+        trace = _id(16, s.worker, s.job) if job is not None else _id(16, s.worker, s.pid, "span",
+                                                                     s.id)
+        if s.parent is not None and (s.worker, s.pid, s.parent) not in job_spans:
+            parent: bytes | None = _id(8, s.worker, s.pid, "span", s.parent)
+        elif job is not None:
+            parent = _id(8, s.worker, job.pid, "job", job.id)
+        else:
+            parent = None
+        attrs: dict[str, object] = {"code.function.name": s.name, "process.pid": s.pid,
+                                    "thread.id": s.tid}
+        if s.cpu_ns is not None:
+            attrs["workerscope.cpu_s"] = s.cpu_ns / 1e9
+        for k, v in (s.attrs or {}).items():
+            if k != "traceback":
+                attrs[f"workerscope.attr.{k}"] = v
+        events = []
+        if s.error:
+            events.append(("exception", s.end_ns,
+                           _exception(s.error, (s.attrs or {}).get("traceback"))))
+        if s.cut_short:
+            events.append(("workerscope.cut_short", s.end_ns, {}))
+        error = s.error or ("cut short: its process died" if s.cut_short else None)
+        yield s.worker, _span(protos, trace, _id(8, s.worker, s.pid, "span", s.id), parent,
+                              s.name, s.start_ns, s.end_ns, attrs, error, events)
+
+
+Point = tuple[str, str, str, str, dict[str, object], int, int, float]
+
+
+def metric_points(t: Timeline) -> Iterator[Point]:
+    """(worker, metric, unit, kind, attributes, start, time, value) of each proc and tree
+    sample value the semantic conventions name."""
+    starts: dict[tuple[str, str, int | None], int] = {}
+    for smp in sorted(t.samples, key=lambda s: s.t_ns):
+        if smp.scope not in ("proc", "tree"):
+            continue
+        key = (smp.worker, smp.scope, smp.pid)
+        start = starts.setdefault(key, smp.t_ns)
+        yield from _points(smp, start)
+
+
+def _points(smp: Sample, start: int) -> Iterator[Point]:
+    base: dict[str, object] = {"workerscope.scope": smp.scope, "process.pid": smp.pid}
+    for metric, unit, kind, fields in METRICS:
+        for key, extra in fields:
+            value = smp.values.get(key)
+            if value is not None:
+                yield smp.worker, metric, unit, kind, {**base, **extra}, start, smp.t_ns, value
+
+
+def _post(url: str, body: bytes, retries: int, timeout: float, sent: Sent) -> bool:
+    data = gzip.compress(body)
+    delay = 0.5
+    for attempt in range(retries + 1):
+        sent.requests += 1
+        request = urllib.request.Request(url, data=data, method="POST", headers={
+            "Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
+        wait = delay
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                answer.read()
+            return True
+        except urllib.error.HTTPError as err:
+            sent.last_error = f"{url}: HTTP {err.code}"
+            if err.code not in RETRY_STATUS:
+                break
+            after = err.headers.get("Retry-After") if err.headers else None
+            if after and after.strip().isdigit():
+                wait = min(float(after), MAX_RETRY_AFTER_S)
+        except (urllib.error.URLError, OSError) as err:
+            sent.last_error = f"{url}: {err}"
+        if attempt < retries:
+            time.sleep(wait)
+            delay = min(delay * 2, MAX_BACKOFF_S)
+    sent.failed += 1
+    log.warning("workerscope: OTLP export failed: %s", sent.last_error)
+    return False
+
+
+def send_otlp(t: Timeline, url: str, service: str = "workerscope", retries: int = 6,
+              timeout: float = 10.0) -> Sent:
+    """Send the timeline's spans and metrics to the OTLP/HTTP collector at `url` (its base,
+    e.g. http://localhost:4318: /v1/traces and /v1/metrics are added)."""
+    protos = _protos()
+    trace_service, metrics_service, common, trace_pb2, metrics_pb2, _ = protos
+    base = url.rstrip("/")
+    sent = Sent()
+    resources: dict[str, Any] = {}
+
+    def resource(worker: str) -> Any:
+        if worker not in resources:
+            resources[worker] = _resource(protos, t, worker, service)
+        return resources[worker]
+
+    batch: dict[str, list[Any]] = {}
+    count = 0
+
+    def flush_spans() -> None:
+        nonlocal count
+        if not count:
+            return
+        request = trace_service.ExportTraceServiceRequest(resource_spans=[
+            trace_pb2.ResourceSpans(resource=resource(w), scope_spans=[trace_pb2.ScopeSpans(
+                scope=common.InstrumentationScope(name="workerscope"), spans=spans)])
+            for w, spans in batch.items()])
+        ok = _post(f"{base}/v1/traces", request.SerializeToString(), retries, timeout, sent)
+        sent.spans += count if ok else 0
+        sent.spans_dropped += 0 if ok else count
+        batch.clear()
+        count = 0
+
+    for worker, span in trace_spans(t, protos):
+        batch.setdefault(worker, []).append(span)
+        count += 1
+        if count >= BATCH:
+            flush_spans()
+    flush_spans()
+
+    points: dict[tuple[str, str, str, str], list[Any]] = {}
+    n = 0
+
+    def flush_points() -> None:
+        nonlocal n
+        if not n:
+            return
+        by_worker: dict[str, list[Any]] = {}
+        for (worker, metric, unit, kind), dps in points.items():
+            m = metrics_pb2.Metric(name=metric, unit=unit)
+            if kind == "sum":
+                m.sum.CopyFrom(metrics_pb2.Sum(
+                    data_points=dps, is_monotonic=True,
+                    aggregation_temporality=metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE))
+            else:
+                m.gauge.CopyFrom(metrics_pb2.Gauge(data_points=dps))
+            by_worker.setdefault(worker, []).append(m)
+        request = metrics_service.ExportMetricsServiceRequest(resource_metrics=[
+            metrics_pb2.ResourceMetrics(resource=resource(w), scope_metrics=[
+                metrics_pb2.ScopeMetrics(scope=common.InstrumentationScope(name="workerscope"),
+                                         metrics=ms)]) for w, ms in by_worker.items()])
+        ok = _post(f"{base}/v1/metrics", request.SerializeToString(), retries, timeout, sent)
+        sent.points += n if ok else 0
+        sent.points_dropped += 0 if ok else n
+        points.clear()
+        n = 0
+
+    for worker, metric, unit, kind, attrs, start, at, value in metric_points(t):
+        dp = metrics_pb2.NumberDataPoint(attributes=_attrs(common, attrs),
+                                         start_time_unix_nano=max(start, 0) if kind == "sum" else 0,
+                                         time_unix_nano=max(at, 0), as_double=float(value))
+        points.setdefault((worker, metric, unit, kind), []).append(dp)
+        n += 1
+        if n >= BATCH:
+            flush_points()
+    flush_points()
+    return sent
