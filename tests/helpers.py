@@ -131,9 +131,22 @@ def is_mp_helper(p: psutil.Process) -> bool:
         return False
 
 
+# Files a library keeps open for its process's life by design, opened on first use: libuuid's
+# clock (uuid.uuid1 through libuuid, which Dask calls) is held to order the ids it makes.
+LIFELONG = frozenset({"/var/lib/libuuid/clock.txt"})
+
+
 def open_fds() -> set[str]:
-    """This process's open file descriptors."""
-    return set(os.listdir("/proc/self/fd"))
+    """This process's open file descriptors, but those LIFELONG."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") in LIFELONG:
+                continue
+        except OSError:
+            continue
+        out.add(fd)
+    return out
 
 
 def orphan_sidecars() -> list[int]:

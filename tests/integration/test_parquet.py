@@ -116,3 +116,14 @@ def test_values_past_the_columns_types_are_saved_not_refused(tmp_path):
     read = _read(t.save(tmp_path / "odd.parquet"))
     assert read["jobs"]["job"] == [None] and read["jobs"]["name"][0].startswith("job")
     assert read["attrs"] == ['{"x": "NaN"}']
+
+
+def test_a_folder_of_other_files_is_refused_not_deleted(tmp_path):
+    from workerscope.errors import OutputPathError
+
+    theirs = tmp_path / "dataset.parquet"
+    theirs.mkdir()
+    (theirs / "part-0001.parquet").write_bytes(b"someone's data")
+    with pytest.raises(OutputPathError, match="other files"):
+        Timeline().save(theirs)
+    assert (theirs / "part-0001.parquet").read_bytes() == b"someone's data"

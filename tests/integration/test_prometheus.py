@@ -5,12 +5,12 @@ Prometheus scrapes it, and its HTTP API gives each worker's tree RSS as the driv
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -127,7 +127,15 @@ def test_label_values_and_addresses():
                    "kept_bytes": 10, "refused_workers": 0}, 0)
     assert 'worker="w\\"\\\\\\nx"' in text
     assert all(line.startswith(("#", "workerscope_")) for line in text.splitlines())
+    assert "\r" not in render([{"worker": "a\rb\u2028c", "host": "h", "status": "idle",
+                                 "tree": {"rss_bytes": 1.0}, "gpu_util": None, "gpu_mem": None,
+                                 "ended": {}, "running": 0, "stragglers": 0, "received": 0,
+                                 "lost": 0, "dropped": 0}], {"workers": 1, "bad_frames": 0,
+                                "jobs_started": 0, "jobs_ended": 0, "kept_bytes": 0}, 0)
     assert parse_address(":9464") == ("127.0.0.1", 9464)
+    assert parse_address("[::1]:5") == ("::1", 5)
+    with pytest.raises(ConfigError, match="brackets"):
+        parse_address("::1")
     assert parse_address("0.0.0.0:1") == ("0.0.0.0", 1)
     with pytest.raises(ConfigError):
         parse_address("localhost:http")
@@ -141,4 +149,13 @@ def test_a_busy_port_fails_the_start_clearly(clean_env):
         with pytest.raises(ConfigError, match="cannot listen"):
             sub.start()
         sub.close()
-    assert os.environ.get("WORKERSCOPE_ENDPOINT") is None
+    # The driver's own address taken: the start fails and /metrics is not left serving.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        sub = Subscriber(f"tcp://127.0.0.1:{s.getsockname()[1]}", prometheus="127.0.0.1:0")
+        with pytest.raises(Exception):  # noqa: B017 - ZeroMQ's own error, whichever it is
+            sub.start()
+        assert sub.prometheus_url is None
+        assert not [t for t in threading.enumerate() if t.name == "workerscope-metrics"]
+        sub.close()

@@ -18,7 +18,10 @@ from __future__ import annotations
 import http.server
 import logging
 import math
+import socket
+import socketserver
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -48,12 +51,17 @@ TREE = (
 
 
 def parse_address(addr: str) -> tuple[str, int]:
-    """("host", port) of "HOST:PORT", ":PORT" or "PORT" (loopback where no host is given);
-    ConfigError for anything else."""
+    """("host", port) of "HOST:PORT", "[IPv6]:PORT", ":PORT" or "PORT" (loopback where no
+    host is given); ConfigError for anything else (a bare IPv6 address among them)."""
     host, sep, port = addr.rpartition(":")
     if not sep:
         host, port = "", addr
-    host = host.strip("[]") or "127.0.0.1"
+    if ":" in host:
+        if not (host.startswith("[") and host.endswith("]")):
+            raise ConfigError(f"prometheus: {addr!r}: write an IPv6 address in brackets, "
+                              "[::1]:9464")
+        host = host[1:-1]
+    host = host or "127.0.0.1"
     try:
         number = int(port)
     except ValueError:
@@ -64,8 +72,17 @@ def parse_address(addr: str) -> tuple[str, int]:
 
 
 def label(value: object) -> str:
-    """A label value as the exposition format writes it: backslash, quote and newline escaped."""
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """A label value as the exposition format writes it: backslash, quote and newline escaped,
+    other control characters (a carriage return, say) as U+FFFD, so no line splitter cuts one."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    if not any(_breaks(c) for c in text):
+        return text
+    return "".join("\ufffd" if _breaks(c) else c for c in text)
+
+
+def _breaks(c: str) -> bool:
+    """A character some reader takes for the end of a line, or a control one."""
+    return ord(c) < 32 or 127 <= ord(c) < 160 or c in "\u2028\u2029"
 
 
 def _number(value: float) -> str:
@@ -99,12 +116,15 @@ def render(rows: list[dict[str, Any]], driver: dict[str, float], omitted: int) -
                     add(name, kind, doc, {**who, "mode": mode}, tree.get(f"cpu_{mode}_s"))
             else:
                 add(name, kind, doc, who, tree.get(key))
+        # Rates of the present: 0 for a worker not running (its last reading is of then).
+        busy = r["status"] == "running"
         add("workerscope_tree_cpu_utilization_ratio", "gauge",
-            "CPU the tree used at its last sample, in cores (1 = one core busy)", who,
-            None if tree.get("cpu_percent") is None else tree["cpu_percent"] / 100.0)
+            "CPU the tree used at its last sample, in cores (1 = one core busy; 0 unless the "
+            "worker is running)", who,
+            None if tree.get("cpu_percent") is None else tree["cpu_percent"] / 100.0 * busy)
         add("workerscope_gpu_utilization_ratio", "gauge",
-            "mean utilisation of the GPUs the worker's sidecar reads (0-1)", who,
-            None if r["gpu_util"] is None else r["gpu_util"] / 100.0)
+            "mean utilisation of the GPUs the worker's sidecar reads (0-1; 0 unless the worker "
+            "is running)", who, None if r["gpu_util"] is None else r["gpu_util"] / 100.0 * busy)
         add("workerscope_gpu_memory_used_bytes", "gauge",
             "GPU memory in use on the GPUs the worker's sidecar reads", who, r["gpu_mem"])
         add("workerscope_worker_up", "gauge",
@@ -130,6 +150,13 @@ def render(rows: list[dict[str, Any]], driver: dict[str, float], omitted: int) -
     add("workerscope_driver_jobs_started_total", "counter", "jobs started", {},
         driver["jobs_started"])
     add("workerscope_driver_jobs_ended_total", "counter", "jobs ended", {}, driver["jobs_ended"])
+    add("workerscope_driver_callback_errors_total", "counter", "exceptions on_frame raised", {},
+        driver.get("callback_errors"))
+    add("workerscope_driver_loop_errors_total", "counter",
+        "socket errors the receive loop waited out", {}, driver.get("loop_errors"))
+    add("workerscope_exporter_scrapes_refused_total", "counter",
+        f"connections to /metrics closed unanswered (past {MAX_SCRAPES} at once)", {},
+        driver.get("scrapes_refused"))
     add("workerscope_driver_kept_bytes", "gauge", "bytes of frames kept in the driver's record",
         {}, driver["kept_bytes"])
     for key, value in sorted(driver.items()):
@@ -150,13 +177,28 @@ MAX_SCRAPES = 8  # scrapes served at once; more connections are closed unanswere
 SCRAPE_TIMEOUT_S = 5.0  # a client that sends nothing for this long is let go
 
 
+CACHE_S = 1.0  # scrapes within this of the last rendering get its bytes
+
+
 class _Server(http.server.ThreadingHTTPServer):
     """ThreadingHTTPServer with a bound on the threads: the driver's memory ceiling holds
-    against a client that opens connections and sends nothing."""
+    against a client that opens connections and sends nothing. IPv4 or IPv6 by the host."""
 
     daemon_threads = True
-    slots = threading.BoundedSemaphore(MAX_SCRAPES)
     refused = 0
+
+    def __init__(self, address: tuple[str, int], handler: Any) -> None:
+        self.slots = threading.BoundedSemaphore(MAX_SCRAPES)
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer's own looks the host's name up (getfqdn), which can stall a start on a
+        # cluster whose DNS does not answer: not needed to serve.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.slots.acquire(blocking=False):
@@ -192,7 +234,7 @@ class MetricsServer:
                     self.send_error(404, "only /metrics is here")
                     return
                 try:
-                    body = render(*snapshot(MAX_WORKERS)).encode()
+                    body = outer.body()
                 except Exception as err:  # noqa: BLE001 - a scrape must never break the driver
                     log.warning("workerscope: /metrics failed: %r", err)
                     self.send_error(500, "the metrics could not be rendered")
@@ -208,16 +250,29 @@ class MetricsServer:
                 log.debug("prometheus: " + format, *args)
 
         outer = self
+        self._snapshot = snapshot
+        self._cached: tuple[float, bytes] | None = None
+        self._render_lock = threading.Lock()
         try:
             self.httpd = _Server((host, port), Handler)
         except OSError as err:
             raise ConfigError(f"prometheus: cannot listen on {address!r}: {err}") from err
-        self.httpd.slots = threading.BoundedSemaphore(MAX_SCRAPES)  # this server's own
         bound = self.httpd.server_address
         self.host, self.port = str(bound[0]), int(bound[1])
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="workerscope-metrics",
                                        daemon=True)
         self.thread.start()
+
+    def body(self) -> bytes:
+        """The /metrics text, rendered at most once every CACHE_S whatever the number of
+        scrapers (one rendering of 2,000 workers takes ~0.3 s of CPU)."""
+        with self._render_lock:
+            now = time.monotonic()
+            if self._cached is None or now - self._cached[0] >= CACHE_S:
+                rows, driver, omitted = self._snapshot(MAX_WORKERS)
+                driver = {**driver, "scrapes_refused": self.httpd.refused}
+                self._cached = (now, render(rows, driver, omitted).encode())
+            return self._cached[1]
 
     @property
     def url(self) -> str:

@@ -262,6 +262,15 @@ class Subscriber:
         if self.prometheus is not None and self._metrics is None:
             # First: a port that cannot be had fails the start before anything is bound.
             self._metrics = MetricsServer(self.prometheus, self._state.metrics)
+        try:
+            return self._start()
+        except BaseException:
+            if self._metrics is not None:  # a start that failed serves nothing
+                self._metrics.close()
+                self._metrics = None
+            raise
+
+    def _start(self) -> Subscriber:
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)

@@ -11,7 +11,9 @@ are (`timeline.save("run.parquet")`, through pyarrow: the `parquet` extra).
 Times are integers on the timeline's clock (Unix ns); durations are float seconds. Each table
 is written in row groups of ROW_GROUP rows, so a long timeline never needs a second copy of
 itself in memory. The folder is written beside the target under a name of its own and renamed
-into place: a reader sees the old folder or the new one, never half of one.
+into place (an earlier one of ours moved aside first: a reader sees the old folder, the new
+one, or for an instant none, never half of one). Read the tables one file at a time:
+`pandas.read_parquet("run.parquet")` would read the folder as one dataset of five tables.
 
     duckdb.sql("SELECT name, sum(duration_s) FROM 'run.parquet/spans.parquet' GROUP BY name")
 """
@@ -100,14 +102,16 @@ def _groups(rows: Iterable[tuple[Any, ...]], width: int) -> Iterator[list[list[A
     """Rows as columns, ROW_GROUP rows at a time."""
     cols: list[list[Any]] = [[] for _ in range(width)]
     n = 0
+    yielded = False
     for row in rows:
         for col, value in zip(cols, row, strict=True):
             col.append(value)
         n += 1
         if n == ROW_GROUP:
             yield cols
+            yielded = True
             cols, n = [[] for _ in range(width)], 0
-    if n or not any(cols):
+    if n or not yielded:  # the rest, or one empty group for an empty table (its schema)
         yield cols
 
 
@@ -146,27 +150,37 @@ def write_table(pa: Any, path: str, schema: Any, rows: Iterable[tuple[Any, ...]]
 
 def write_folder(path: str, fill: Callable[[str], object]) -> str:
     """Make the folder `path` through a fresh one beside it (`fill(tmp)` writes its files),
-    renamed into place; an earlier folder there is replaced whole, never merged."""
+    renamed into place. An earlier folder there is replaced only where it holds nothing but
+    TABLES (a folder of this module's); any other is refused, never deleted."""
     target = os.path.abspath(path)
     if os.path.islink(target) or (os.path.lexists(target) and not os.path.isdir(target)):
         raise OutputPathError(f"cannot write {path!r}: it is there and is not a folder")
+    if os.path.isdir(target):
+        extra = set(os.listdir(target)) - {f"{name}.parquet" for name in TABLES}
+        if extra:
+            raise OutputPathError(f"cannot write {path!r}: a folder is there with other files "
+                                  f"in it ({', '.join(sorted(extra)[:3])}); not replaced")
     folder, base = os.path.split(target)
     tmp = tempfile.mkdtemp(prefix=f".{base}.tmp", dir=folder)  # new, 0700, a name of its own
+    old: str | None = None
     try:
+        fill(tmp)  # into a folder only this user can enter: no link planted in it
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)
-        fill(tmp)
-        old = None
         if os.path.isdir(target):
             old = tempfile.mkdtemp(prefix=f".{base}.old", dir=folder)
             os.replace(target, os.path.join(old, base))
-        os.replace(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if old is not None:  # the earlier folder back where it was
+                os.replace(os.path.join(old, base), target)
+            raise
     finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
+        for leftover in (tmp, old):
+            if leftover is not None and os.path.isdir(leftover):
+                shutil.rmtree(leftover, ignore_errors=True)
     return path
 
 

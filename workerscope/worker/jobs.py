@@ -153,7 +153,7 @@ class _HeavyJob:
         if self.config.allocations:
             from . import allocations
 
-            allocations.snapshot("job end")
+            allocations.at_job_end()
         spans.leave_job(self.job)
         with _heavy_lock:
             if self in _heavy_open:
