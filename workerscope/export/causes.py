@@ -231,49 +231,29 @@ def _own_times(spans: list[Span]) -> tuple[dict[str, float], dict[str, int]]:
     return own, calls
 
 
-def evidence(t: Timeline, jobs: list[Job], index: _Index | None = None,
-             spans: list[Span] | None = None) -> Evidence | None:
-    """One worker's Evidence over those of `jobs` (ended ones) that its samples cover (its
-    job process's CPU measured across the whole job); None where none is covered: light mode,
-    a sidecar lost, frames lost. index: _Index(t.samples), made once by a caller asking for
-    many workers; spans: the worker's."""
-    index = _Index(t.samples) if index is None else index
-    acc = dict.fromkeys(("wall", "user", "system", "delay", "children", "other", "proc", "thr",
-                         "periods", "mem", "io", "faults", "bytes", "blkio"), 0.0)
-    others: set[int] = set()
-    use: float | None = None
-    util: list[float] = []
-    clock: list[float] = []
-    counted: list[Job] = []
-    for j in jobs:
-        if j.end_ns is None:
-            continue
-        w, a, b = j.worker, j.start_ns, j.end_ns
-        proc = index.get((w, "proc", j.pid, None))
+class _Acc:
+    """The sums evidence() makes over one worker's jobs, a part of the samples at a time."""
+
+    def __init__(self, index: _Index) -> None:
+        self.index = index
+        self.sums = dict.fromkeys(("wall", "user", "system", "delay", "children", "other",
+                                   "proc", "thr", "periods", "mem", "io", "faults", "bytes",
+                                   "blkio"), 0.0)
+        self.others: set[int] = set()
+        self.use: float | None = None
+        self.util: list[float] = []
+        self.clock: list[float] = []
+
+    def job(self, j: Job, a: int, b: int) -> bool:
+        """Add one job's figures; False where its samples do not cover it (nothing added)."""
+        w = j.worker
+        proc = self.index.get((w, "proc", j.pid, None))
         if proc is None or not proc.covers("cpu_user_s", a, b):
-            continue  # unmeasured: no figure is better than a zero taken for one
-        counted.append(j)
+            return False  # unmeasured: no figure is better than a zero taken for one
+        acc = self.sums
         acc["wall"] += (b - a) / 1e9
-        thread = index.get((w, "thread", j.pid, j.tid)) if j.tid is not None else None
-        cpu_proc = _cpu(proc, a, b) or 0.0
-        acc["proc"] += cpu_proc
-        own = _cpu(thread, a, b) if thread is not None and thread.covers("cpu_user_s", a, b) \
-            else None
-        if own is None:  # its thread unsampled: its process stands in
-            user, system = proc.delta("cpu_user_s", a, b), proc.delta("cpu_system_s", a, b)
-            delay_series = proc
-        else:
-            assert thread is not None
-            user, system = thread.delta("cpu_user_s", a, b), thread.delta("cpu_system_s", a, b)
-            delay_series = thread
-            acc["other"] += max(cpu_proc - own, 0.0)
-            for tid, stream in index.threads.get((w, j.pid), []):
-                if tid != j.tid and (_cpu(stream, a, b) or 0.0) > 0.01:
-                    others.add(tid)
-        acc["user"] += user or 0.0
-        acc["system"] += system or 0.0
-        acc["delay"] += delay_series.delta("run_delay_s", a, b) or 0.0
-        tree = index.get((w, "tree", None, None))
+        self._threads(j, proc, a, b)
+        tree = self.index.get((w, "tree", None, None))
         if tree is not None:
             # The tree's other processes' run delay: theirs, apart from the job thread's.
             tree_delay = tree.delta("run_delay_s", a, b) or 0.0
@@ -282,40 +262,79 @@ def evidence(t: Timeline, jobs: list[Job], index: _Index | None = None,
             acc["bytes"] += (tree.delta("read_bytes", a, b) or 0.0) + \
                 (tree.delta("write_bytes", a, b) or 0.0)
             acc["blkio"] += tree.delta("blkio_delay_s", a, b) or 0.0
-        host = index.get((w, "host", None, None))
+        host = self.index.get((w, "host", None, None))
         if host is not None:
-            acc["thr"] += host.delta("cgroup_cpu_throttled_s", a, b) or 0.0
-            acc["periods"] += host.delta("cgroup_cpu_throttled_periods", a, b) or 0.0
-            for name, psi in (("mem", "psi_memory_some_s"), ("io", "psi_io_some_s")):
-                cg = host.delta(f"cgroup_{psi}", a, b)
-                acc[name] += cg if cg is not None else (host.delta(psi, a, b) or 0.0)
-            for v in host.within(a, b):
-                limit, used = v.get("cgroup_mem_limit_bytes"), v.get("cgroup_mem_used_bytes")
-                if limit and used is not None:
-                    use = max(use or 0.0, used / limit)
-        gpu = index.get((w, "gpu", None, None))
+            self._host(host, a, b)
+        gpu = self.index.get((w, "gpu", None, None))
         if gpu is not None:
-            for v in gpu.within(a, b):
-                busy = v.get("util_percent")
-                if busy is not None:
-                    util.append(busy)
-                    # A clock is compared only while the GPU works: an idle one drops its own.
-                    if busy >= 50 and "sm_clock_mhz" in v:
-                        clock.append(v["sm_clock_mhz"])
+            self._gpu(gpu, a, b)
+        return True
+
+    def _threads(self, j: Job, proc: _Series, a: int, b: int) -> None:
+        """Its job thread's CPU and run delay (its process's where the thread is unsampled),
+        and the other threads of its process."""
+        acc = self.sums
+        thread = self.index.get((j.worker, "thread", j.pid, j.tid)) if j.tid is not None else None
+        cpu_proc = _cpu(proc, a, b) or 0.0
+        acc["proc"] += cpu_proc
+        own = _cpu(thread, a, b) if thread is not None and thread.covers("cpu_user_s", a, b) \
+            else None
+        stream = proc if own is None or thread is None else thread
+        if own is not None:
+            acc["other"] += max(cpu_proc - own, 0.0)
+            for tid, other in self.index.threads.get((j.worker, j.pid), []):
+                if tid != j.tid and (_cpu(other, a, b) or 0.0) > 0.01:
+                    self.others.add(tid)
+        acc["user"] += stream.delta("cpu_user_s", a, b) or 0.0
+        acc["system"] += stream.delta("cpu_system_s", a, b) or 0.0
+        acc["delay"] += stream.delta("run_delay_s", a, b) or 0.0
+
+    def _host(self, host: _Series, a: int, b: int) -> None:
+        acc = self.sums
+        acc["thr"] += host.delta("cgroup_cpu_throttled_s", a, b) or 0.0
+        acc["periods"] += host.delta("cgroup_cpu_throttled_periods", a, b) or 0.0
+        for name, psi in (("mem", "psi_memory_some_s"), ("io", "psi_io_some_s")):
+            cg = host.delta(f"cgroup_{psi}", a, b)
+            acc[name] += cg if cg is not None else (host.delta(psi, a, b) or 0.0)
+        for v in host.within(a, b):
+            limit, used = v.get("cgroup_mem_limit_bytes"), v.get("cgroup_mem_used_bytes")
+            if limit and used is not None:
+                self.use = max(self.use or 0.0, used / limit)
+
+    def _gpu(self, gpu: _Series, a: int, b: int) -> None:
+        for v in gpu.within(a, b):
+            busy = v.get("util_percent")
+            if busy is not None:
+                self.util.append(busy)
+                # A clock is compared only while the GPU works: an idle one drops its own.
+                if busy >= 50 and "sm_clock_mhz" in v:
+                    self.clock.append(v["sm_clock_mhz"])
+
+
+def evidence(t: Timeline, jobs: list[Job], index: _Index | None = None,
+             spans: list[Span] | None = None) -> Evidence | None:
+    """One worker's Evidence over those of `jobs` (ended ones) that its samples cover (its
+    job process's CPU measured across the whole job); None where none is covered: light mode,
+    a sidecar lost, frames lost. index: _Index(t.samples), made once by a caller asking for
+    many workers; spans: the worker's."""
+    got = _Acc(_Index(t.samples) if index is None else index)
+    counted = [j for j in jobs if j.end_ns is not None and got.job(j, j.start_ns, j.end_ns)]
     if not counted:
         return None
     ids = {j.id for j in counted}
     mine = spans if spans is not None else [s for s in t.spans if s.worker == counted[0].worker]
     own_time, calls = _own_times([s for s in mine if s.job in ids])
+    acc = got.sums
     return Evidence(
         jobs=len(counted), wall_s=acc["wall"], cpu_user_s=acc["user"],
         cpu_system_s=acc["system"], run_delay_s=acc["delay"],
         children_run_delay_s=acc["children"], other_threads_cpu_s=acc["other"],
-        other_threads=len(others), process_cpu_s=acc["proc"], throttled_s=acc["thr"],
+        other_threads=len(got.others), process_cpu_s=acc["proc"], throttled_s=acc["thr"],
         throttled_periods=acc["periods"], memory_stall_s=acc["mem"], io_stall_s=acc["io"],
         major_faults=acc["faults"], storage_bytes=acc["bytes"], blkio_delay_s=acc["blkio"],
-        memory_use=use, gpu_util=statistics.fmean(util) if util else None,
-        sm_clock_mhz=statistics.fmean(clock) if clock else None, functions=own_time, calls=calls)
+        memory_use=got.use, gpu_util=statistics.fmean(got.util) if got.util else None,
+        sm_clock_mhz=statistics.fmean(got.clock) if got.clock else None, functions=own_time,
+        calls=calls)
 
 
 # -- the verdict ---------------------------------------------------------------------------------
@@ -343,10 +362,6 @@ def judge(e: Evidence, peers: list[Evidence]) -> tuple[str | None, str, tuple[tu
     cpu = e.cpu_user_s + e.cpu_system_s
     x_delay = e.run_delay_s - cpu * rate / (1 - rate)
     x_mem = e.memory_stall_s - med(lambda p: p.memory_stall_s)
-    x_io = e.io_stall_s - med(lambda p: p.io_stall_s)
-    x_faults = e.major_faults - med(lambda p: p.major_faults)
-    x_bytes = e.storage_bytes - med(lambda p: p.storage_bytes)
-    x_blkio = e.blkio_delay_s - med(lambda p: p.blkio_delay_s)
     x_blocked = e.blocked_s - med(lambda p: p.blocked_s)
     x_other = e.other_threads_cpu_s - med(lambda p: p.other_threads_cpu_s)
     x_user = e.cpu_user_s - med(lambda p: p.cpu_user_s)
@@ -361,10 +376,7 @@ def judge(e: Evidence, peers: list[Evidence]) -> tuple[str | None, str, tuple[tu
     children = min(max(e.children_run_delay_s - med(lambda p: p.children_run_delay_s), 0.0),
                    blocked)
     blocked -= children
-    io_signal = x_bytes >= IO_BYTES or x_io >= 0.1 * extra or x_blkio >= 0.1 * extra
-    memory_signal = (x_mem >= 0.1 * extra or x_faults >= MAJOR_FAULTS
-                     or (e.memory_use is not None and e.memory_use >= NEAR_LIMIT
-                         and x_bytes >= IO_BYTES))
+    io_signal, memory_signal = _signals(e, med, extra)
     out: list[tuple[str, float, str]] = []
     share = e.run_delay_s / wall if wall else 0.0
     out.append((THROTTLED, throttled,
@@ -407,12 +419,7 @@ def judge(e: Evidence, peers: list[Evidence]) -> tuple[str | None, str, tuple[tu
     out.append((GPU_BOUND, min(gpu_bound, extra),
                 f"its GPUs were {e.gpu_util or 0:.0f}% busy while its threads waited "
                 f"{fmt_seconds(e.blocked_s)}"))
-    peer_clock = _median([p.sm_clock_mhz for p in peers if p.sm_clock_mhz is not None])
-    slow = 0.0
-    if e.sm_clock_mhz is not None and peer_clock and e.sm_clock_mhz < LOW_CLOCK * peer_clock:
-        slow = extra * (1 - e.sm_clock_mhz / peer_clock)
-    out.append((GPU_CLOCKS, slow, f"its GPU ran at {e.sm_clock_mhz or 0:,.0f} MHz against "
-                                  f"{peer_clock:,.0f} on its peers"))
+    out.append(_gpu_clocks(e, peers, extra))
     waiting = left - gpu_bound if not io_signal and not memory_signal else 0.0
     out.append((INPUT, min(max(waiting, 0.0), extra),
                 f"its threads waited {fmt_seconds(e.blocked_s)} of its {fmt_seconds(wall)} "
@@ -433,6 +440,31 @@ def judge(e: Evidence, peers: list[Evidence]) -> tuple[str | None, str, tuple[tu
     if best[1] >= CLEAR_SHARE * total and best[1] >= CLEAR_LEAD * second[1]:
         return best[0], best[2], tuple(out)
     return None, "", tuple(out)
+
+
+def _signals(e: Evidence, med: Callable[[Callable[[Evidence], float]], float],
+             extra: float) -> tuple[bool, bool]:
+    """(an IO signal, a memory signal): more storage IO, IO stall or block IO delay than the
+    peers; more memory stall or major faults, or a cgroup near its limit while storage was
+    read."""
+    x_bytes = e.storage_bytes - med(lambda p: p.storage_bytes)
+    io = (x_bytes >= IO_BYTES or e.io_stall_s - med(lambda p: p.io_stall_s) >= 0.1 * extra
+          or e.blkio_delay_s - med(lambda p: p.blkio_delay_s) >= 0.1 * extra)
+    near = e.memory_use is not None and e.memory_use >= NEAR_LIMIT and x_bytes >= IO_BYTES
+    memory = (e.memory_stall_s - med(lambda p: p.memory_stall_s) >= 0.1 * extra
+              or e.major_faults - med(lambda p: p.major_faults) >= MAJOR_FAULTS or near)
+    return io, memory
+
+
+def _gpu_clocks(e: Evidence, peers: list[Evidence], extra: float) -> tuple[str, float, str]:
+    """GPU clocks low: the share of the extra time a clock under LOW_CLOCK of the peers'
+    median accounts for."""
+    peer_clock = _median([p.sm_clock_mhz for p in peers if p.sm_clock_mhz is not None])
+    slow = 0.0
+    if e.sm_clock_mhz is not None and peer_clock and e.sm_clock_mhz < LOW_CLOCK * peer_clock:
+        slow = extra * (1 - e.sm_clock_mhz / peer_clock)
+    return (GPU_CLOCKS, slow, f"its GPU ran at {e.sm_clock_mhz or 0:,.0f} MHz against "
+                              f"{peer_clock:,.0f} on its peers")
 
 
 def _share(part: float, whole: float) -> float:
