@@ -91,3 +91,21 @@ def test_jobs_without_samples_get_no_cause():
     (found,) = causes.stragglers(t)
     assert found.worker == "w3" and found.cause is None and not found.candidates
     assert "no samples cover its jobs" in found.text
+
+
+def test_more_cpu_over_every_function_alike_is_no_code_path():
+    """Twice the CPU in the same calls as the peers' (a busy sibling hyperthread): no slower
+    code path; the same extra in a function the peers never call is one."""
+    peers = [_evidence(functions={"compute": 0.4, "scan": 0.4}, calls={"compute": 1, "scan": 1})
+             for _ in range(5)]
+    spread = _evidence(wall_s=1.8, cpu_user_s=1.6, process_cpu_s=1.6,
+                       functions={"compute": 0.8, "scan": 0.8}, calls={"compute": 1, "scan": 1})
+    cause, _, candidates = judge(spread, peers)
+    assert cause is None and dict((c, s) for c, s, _ in candidates)[causes.CODE_PATH] == 0
+    hot = _evidence(wall_s=1.8, cpu_user_s=1.6, process_cpu_s=1.6,
+                    functions={"compute": 1.2, "scan": 0.4}, calls={"compute": 1, "scan": 1})
+    assert judge(hot, peers)[0] is None
+    one = _evidence(wall_s=1.8, cpu_user_s=1.6, process_cpu_s=1.6,
+                    functions={"compute": 0.4, "scan": 0.4, "extra": 0.8},
+                    calls={"compute": 1, "scan": 1, "extra": 1})
+    assert judge(one, peers)[0] == causes.CODE_PATH

@@ -27,7 +27,9 @@
   the share of the extra time its lower clock accounts for; input-starved (no IO or memory
   signal): the extra blocked time left; slower code path: the extra CPU its job threads
   computed themselves (user time, and system time without a memory signal), grossed up by
-  the peers' wait for a CPU, told with the functions whose own time grew most;
+  the peers' wait for a CPU, told with the functions whose own time grew most; only where the
+  function with the most extra time was called more often than on the median peer (more CPU
+  in the same calls is no path the spans show: a slower machine, a branch inside them);
 - the cause named is the one whose seconds are at least CLEAR_SHARE of the extra time and
   CLEAR_LEAD times the next; else "no clear cause", with the two best. The GPU figures are
   of every GPU the sidecar reads on the host (docs/METRICS.md), not only the worker's.
@@ -429,7 +431,10 @@ def judge(e: Evidence, peers: list[Evidence]) -> tuple[str | None, str, tuple[tu
     # Computing more costs more than its CPU seconds on a busy machine: the wait for a CPU
     # that comes with them, at the peers' rate.
     computed = (max(x_user, 0.0) + (0.0 if memory_signal else max(x_system, 0.0))) / (1 - rate)
-    out.append((CODE_PATH, min(computed, extra), _code_path(e, peers, med)))
+    path, one_path = _code_path(e, peers, med)
+    # More CPU in the same calls as the peers' is no path the spans show (a busy sibling
+    # hyperthread, a lower clock, a branch inside a function): no seconds for it then.
+    out.append((CODE_PATH, min(computed, extra) if one_path else 0.0, path))
     peer_jobs = _median([float(p.jobs) for p in peers])
     out.append((MORE_JOBS, max(total - extra, 0.0) if e.jobs > peer_jobs else 0.0,
                 f"it ran {e.jobs:,} jobs against {peer_jobs:,.0f} on the median peer, each "
@@ -471,9 +476,15 @@ def _share(part: float, whole: float) -> float:
     return part / whole if whole else 0.0
 
 
+ONE_PATH = 0.6  # of the functions' extra own time, the share the function called more must hold
+
+
 def _code_path(e: Evidence, peers: list[Evidence], med: Callable[[Callable[[Evidence], float]],
-                                                                  float]) -> str:
-    """Which functions took the extra time against the median peer, from their own time."""
+                                                                  float]) -> tuple[str, bool]:
+    """Which functions took the extra time against the median peer, from their own time, and
+    whether that points at another path: the function that took the most extra time was
+    called more often than on the median peer, and holds ONE_PATH of the extra (True where no
+    spans tell)."""
     grew = []
     for name, own in e.functions.items():
         peer = _median([p.functions.get(name, 0.0) for p in peers])
@@ -485,11 +496,15 @@ def _code_path(e: Evidence, peers: list[Evidence], med: Callable[[Callable[[Evid
     cpu = e.cpu_user_s + e.cpu_system_s
     text = (f"its job threads computed {fmt_seconds(cpu)} against "
             f"{fmt_seconds(med(lambda p: p.cpu_user_s + p.cpu_system_s))} on the median peer")
-    if grew:
-        text += "; the extra time in " + ", ".join(
-            f"{name} (+{fmt_seconds(more)}, {calls:,} call(s) against {peer_calls:,.0f})"
-            for more, name, calls, peer_calls in grew[:FUNCTIONS_SHOWN])
-    return text
+    if not grew:
+        return text, True
+    text += "; the extra time in " + ", ".join(
+        f"{name} (+{fmt_seconds(more)}, {calls:,} call(s) against {peer_calls:,.0f})"
+        for more, name, calls, peer_calls in grew[:FUNCTIONS_SHOWN])
+    more, _, calls, peer_calls = grew[0]
+    one = calls != peer_calls and more >= ONE_PATH * sum(g[0] for g in grew)
+    return (text if one else text + ": the same calls as its peers' (a path is not shown by "
+            "its spans: a slower machine, or a slower branch inside them)"), one
 
 
 def stragglers(t: Timeline, live: bool = False) -> list[Straggler]:
