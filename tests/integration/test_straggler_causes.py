@@ -241,7 +241,22 @@ def test_each_fault_is_named_for_its_straggler_and_a_clean_run_names_none(runs):
           f"{[s.text for s in clean_found] or 'no straggler'}")
     assert ran >= 4, table  # the non-cgroup faults run anywhere
     assert right >= ran - 1, table  # at least 5 of 6 where all six ran
-    assert not [s for s in clean_found if s.cause is not None], clean_found
+    # A clean worker the machine's own load starved of CPU for over half its job time (its
+    # tree's run delay, read from /proc) is a straggler, and CPU-starved is the truth; any
+    # other verdict on a clean worker is wrong.
+    assert not [s for s in clean_found if s.cause is not None and not (
+        s.cause == causes.CPU_STARVED and _waited_share(t, s.worker) > 0.5)], clean_found
+
+
+def _waited_share(t, worker: str) -> float:
+    """The share of its job's wall time the worker's tree waited for a CPU (run delay)."""
+    (job,) = [j for j in t.jobs if j.worker == worker]
+    delays = [(smp.t_ns, smp.values["run_delay_s"]) for smp in t.samples
+              if smp.worker == worker and smp.scope == "tree" and "run_delay_s" in smp.values]
+    inside = [d for at, d in delays if job.start_ns <= at <= (job.end_ns or at)]
+    if len(inside) < 2:
+        return 0.0
+    return (inside[-1] - inside[0]) / max((job.end_ns or job.start_ns) - job.start_ns, 1) * 1e9
 
 
 def test_the_cause_is_in_the_terminal_and_html_reports(runs):
