@@ -42,3 +42,19 @@ def sleeps_a_second(k):
     started = time.time_ns()
     time.sleep(1.0)
     return {"k": k, "started": started, "pid": os.getpid()}
+
+
+def spanner_script(spans: int, **profiled_kwargs: object) -> str:
+    """A worker script (run as `python -c SCRIPT ENDPOINT`): one heavy job that calls an empty
+    @timed function `spans` times, a flood of spans as fast as the worker can make them."""
+    kwargs = "".join(f", {k}={v!r}" for k, v in profiled_kwargs.items())
+    return (
+        "import sys\n"
+        "from workerscope import profiled, timed\n"
+        "@timed\n"
+        "def tick():\n"
+        "    pass\n"
+        "def job():\n"
+        f"    for _ in range({spans}):\n"
+        "        tick()\n"
+        f"profiled(job, mode='heavy', interval=0.05, endpoint=sys.argv[1]{kwargs})()\n")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import secrets
 import stat
@@ -33,6 +34,10 @@ __all__ = ["LINGER_MS", "MAX_FRAME_BYTES", "SEND_HWM", "Outbox", "dealer"]
 SEND_HWM = 10_000
 ROUTING_ID_BYTES = 16
 LINGER_MS = 2_000
+# The longest a sidecar waits for its bye's acknowledgement while the driver says it is still
+# reading its frames (bye_timeout is the longest it waits without a word).
+MAX_BYE_WAIT_S = 120.0
+PROGRESS_WAIT_S = 5.0  # more, after each word that the driver is reading (a few of its acks)
 # The largest frame that goes over the network, either way (protocol's): a driver reads no
 # bigger frame (ZeroMQ drops a connection that sends one), and its memory ceiling is counted in
 # these (docs/SECURITY.md): 10,000 span records are ~450 KB, a sample of a 1,000-process tree
@@ -159,6 +164,8 @@ class Outbox:
         self.bye_wait = ""
         self.sent = 0
         self.dropped = 0
+        self.read_seq = -1  # the latest of this worker's frames the driver said it read
+        self.read_at = -math.inf  # when it said so (monotonic)
         self.too_big = 0  # of those dropped, frames over MAX_FRAME_BYTES
 
     def send(self, frame: bytes) -> bool:
@@ -201,9 +208,19 @@ class Outbox:
             except zmq.Again:
                 return out
             try:
-                out.append(protocol.decode_frame(data))
+                frame = protocol.decode_frame(data)
             except ProtocolError:
                 continue  # not from a driver we understand: nothing to answer
+            if frame.kind == protocol.ACK:
+                self._read_so_far(frame)
+                continue
+            out.append(frame)
+
+    def _read_so_far(self, frame: protocol.Frame) -> None:
+        """An ack of a frame before the bye: the driver is reading this worker's frames."""
+        acked = frame.body.get("seq")
+        if type(acked) is int and acked > self.read_seq:
+            self.read_seq, self.read_at = acked, time.monotonic()
 
     @property
     def nobody_listened(self) -> bool:
@@ -227,7 +244,12 @@ class Outbox:
         """Wait for the driver to acknowledge frame `seq` (the bye). False on timeout, or at
         once when nobody listened (`bye_wait` says which). Anything else the driver sends
         meanwhile (a ping) goes to on_other."""
-        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        # A driver still reading this worker's queued frames says so about once a second (an
+        # ack of an earlier seq): each lets it wait PROGRESS_WAIT_S more, up to MAX_BYE_WAIT_S
+        # in all, so a driver behind a flood still gets every frame queued before the bye.
+        longest = start + max(timeout, MAX_BYE_WAIT_S) if timeout > 0 else start
+        deadline = min(max(start + timeout, self.read_at + PROGRESS_WAIT_S), longest)
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         poller.register(self._events, zmq.POLLIN)
@@ -245,9 +267,16 @@ class Outbox:
                 frame = protocol.decode_frame(self._sock.recv(zmq.NOBLOCK))
             except (zmq.Again, ProtocolError):
                 continue  # not an ack we can read; keep waiting for the real one
-            if frame.kind == protocol.ACK and frame.body.get("seq") == seq:
-                self.bye_wait = "acknowledged"
-                return True
+            if frame.kind == protocol.ACK:
+                acked = frame.body.get("seq")
+                if acked == seq:
+                    self.bye_wait = "acknowledged"
+                    return True
+                before = self.read_seq
+                self._read_so_far(frame)
+                if self.read_seq > before:
+                    deadline = min(max(deadline, self.read_at + PROGRESS_WAIT_S), longest)
+                continue
             if on_other is not None:
                 on_other([frame])
 

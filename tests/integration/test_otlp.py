@@ -1,12 +1,15 @@
-"""OTLP/HTTP export (export/otlp.py, `workerscope export FILE --otlp URL`): a stdlib receiver on
+"""OTLP/HTTP export, live from a driver (`Subscriber(otlp=URL)`, driver/otlp.py) and replayed
+from a record (`workerscope export FILE --otlp URL`, export/otlp.py): a stdlib receiver on
 loopback decodes every request with opentelemetry-proto. Every job and span of a 4-worker run
 arrives with its parent links and attributes, the metrics carry the semantic conventions'
-names and units, and a receiver that answers 503 for its first seconds loses nothing."""
+names and units, a receiver that answers 503 for its first 5 s loses nothing, and one that is
+down for the whole run leaves the driver within its ceiling with what it dropped counted."""
 
 from __future__ import annotations
 
 import gzip
 import http.server
+import resource
 import subprocess
 import sys
 import textwrap
@@ -15,6 +18,7 @@ import time
 
 import pytest
 from helpers import run_cli
+from jobs import spanner_script
 
 from workerscope import Subscriber
 
@@ -100,24 +104,39 @@ class Receiver:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
+    """A 4-worker run into a driver that sends it live to a collector down for its first 5 s."""
     path = str(tmp_path_factory.mktemp("otlp") / "run.wsc")
-    with Subscriber() as sub:
-        procs = [subprocess.Popen([sys.executable, "-c", WORKER, sub.endpoint]) for _ in range(4)]
-        for p in procs:
-            assert p.wait(timeout=120) == 0
-        assert sub.wait(jobs=8, byes=4, timeout=60)
-        t = sub.timeline()
+    rx = Receiver(down_s=5.0)
+    try:
+        with Subscriber(otlp=rx.url, otlp_service="etl") as sub:
+            procs = [subprocess.Popen([sys.executable, "-c", WORKER, sub.endpoint])
+                     for _ in range(4)]
+            for p in procs:
+                assert p.wait(timeout=120) == 0
+            assert sub.wait(jobs=8, byes=4, timeout=60)
+            t = sub.timeline()
+        counts = sub.otlp_counts
+    finally:
+        rx.close()
     t.save(path)
-    return t, path
+    return t, path, rx, counts
 
 
 def _attrs(span) -> dict:
     return {a.key: a.value for a in span.attributes}
 
 
+def test_live_export_loses_nothing_to_a_collector_down_for_5_s(recorded):
+    t, _, rx, counts = recorded
+    assert rx.refused >= 1  # it was down, and the driver retried until it was up
+    assert counts.frames_dropped == counts.spans_dropped == counts.points_dropped == 0, counts
+    assert counts.failed == 0 and counts.spans > 0 and counts.points > 0
+    _check_arrived(t, rx)
+
+
 @pytest.mark.parametrize("down_s", [0.0, 3.0])
 def test_every_job_and_span_arrives_with_its_links(recorded, down_s):
-    t, path = recorded
+    t, path, _, _ = recorded
     rx = Receiver(down_s)
     try:
         proc = run_cli("export", path, "--otlp", rx.url, "--service", "etl", timeout=120)
@@ -126,6 +145,10 @@ def test_every_job_and_span_arrives_with_its_links(recorded, down_s):
     assert proc.returncode == 0, proc.stderr + proc.stdout
     if down_s:
         assert rx.refused >= 1  # it was down, and retried until it was up
+    _check_arrived(t, rx)
+
+
+def _check_arrived(t, rx: Receiver) -> None:
     spans = [s for _, s in rx.spans]
     assert len(spans) == len(t.jobs) + len([s for s in t.spans if s.kind != "job"])
     ids = {s.span_id for s in spans}
@@ -165,7 +188,43 @@ def test_a_collector_down_for_good_is_counted_not_raised(recorded):
     """Nothing listens: the export says what it could not send and exits non-zero."""
     from workerscope.export.otlp import send_otlp
 
-    t, _ = recorded
+    t, _, _, _ = recorded
     sent = send_otlp(t, "http://127.0.0.1:9", retries=1, timeout=1)
     assert sent.failed >= 2 and sent.spans == 0 and sent.spans_dropped > 0
     assert sent.points_dropped > 0 and "127.0.0.1:9" in (sent.last_error or "")
+
+
+SPANNER = spanner_script(150_000)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def test_a_collector_down_for_the_whole_run_bounds_the_driver(monkeypatch):
+    """Nothing listens at the collector's address: the export's queue stops at its bound,
+    what did not fit is counted, the driver stays within its ceiling, and close() does not
+    wait out the retries."""
+    import workerscope.driver.otlp as live
+
+    monkeypatch.setattr(live, "QUEUE_BYTES", 256 * 1024)
+    before = _rss()
+    with Subscriber(otlp="http://127.0.0.1:9") as sub:
+        ceiling = sub.memory_ceiling
+        procs = [subprocess.Popen([sys.executable, "-c", SPANNER, sub.endpoint])
+                 for _ in range(4)]
+        for p in procs:
+            assert p.wait(timeout=240) == 0
+        assert sub.wait(jobs=4, byes=4, timeout=120)
+        grown = _rss() - before
+        closing = time.monotonic()
+    closed_in = time.monotonic() - closing
+    counts = sub.otlp_counts
+    assert counts is not None and counts.frames > 0
+    assert counts.frames_dropped > 0, counts  # 600,000 spans do not fit in 256 KiB
+    assert counts.peak_bytes <= counts.queue_bytes == 256 * 1024
+    assert counts.spans == counts.points == 0 and counts.failed >= 1
+    assert "127.0.0.1:9" in (counts.last_error or "")
+    assert grown < ceiling, (grown, ceiling)
+    assert closed_in < live.CLOSE_S + 20, closed_in

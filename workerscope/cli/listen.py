@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import argparse
 
     from .. import protocol
+    from ..driver.otlp import OtlpCounts
     from ..driver.subscriber import Subscriber
     from ._common import Subparsers
 
@@ -47,6 +48,10 @@ def add_parser(subparsers: Subparsers) -> None:
     p.add_argument("--prometheus", metavar="ADDR",
                    help="serve /metrics for Prometheus on HOST:PORT (loopback where only "
                    ":PORT is given; any other address is reachable from elsewhere)")
+    p.add_argument("--otlp", metavar="URL", help="send what arrives, as it arrives, to the "
+                   "OpenTelemetry collector at URL over OTLP/HTTP (e.g. http://localhost:4318)")
+    p.add_argument("--otlp-service", default="workerscope", metavar="NAME",
+                   help="service.name of what --otlp sends (default: workerscope)")
     p.set_defaults(func=run)
 
 
@@ -64,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
     record = args.output if args.output and args.output.lower().endswith(".wsc") else None
     lines = _FrameLines(frame_line)
     sub = Subscriber(args.bind, on_frame=None if quiet else lines, key=key,
-                     insecure=args.insecure, record=record, prometheus=args.prometheus)
+                     insecure=args.insecure, record=record, prometheus=args.prometheus,
+                     otlp=args.otlp, otlp_service=args.otlp_service)
     lines.sub = sub
     stop = stop_on_ctrl_c()
     try:
@@ -85,11 +91,25 @@ def run(args: argparse.Namespace) -> int:
                 timeline = sub.timeline()
     finally:
         restore_ctrl_c()
+    sent = sub.otlp_counts
+    if sent is not None:
+        print(otlp_line(sent), file=sys.stderr)
     if record is not None:
         print(f"workerscope: recorded {sub.record_frames} frame(s) to {record}", file=sys.stderr)
     elif args.output:
         save(timeline, args.output, f"workerscope-listen-{os.getpid()}")
     return 0
+
+
+def otlp_line(c: OtlpCounts) -> str:
+    line = (f"workerscope: sent {c.spans} span(s) and {c.points} point(s) to {c.url} in "
+            f"{c.requests} request(s)")
+    missed = [f"{n} {what}" for n, what in ((c.frames_dropped, "frame(s) dropped, the queue full"),
+                                            (c.spans_dropped, "span(s)"),
+                                            (c.points_dropped, "point(s)")) if n]
+    if missed:
+        line += f"; not sent: {', '.join(missed)} (last error: {c.last_error})"
+    return line
 
 
 LOST_EVERY = 0.25  # seconds between two looks at the workers' counts of lost frames

@@ -26,7 +26,7 @@ import zmq
 
 from .. import protocol
 from ..errors import ProtocolError
-from . import late
+from . import late, otlp
 from .connections import Connections
 from .frames import FrameFanout
 from .replies import _send as replies_send
@@ -41,6 +41,11 @@ MAX_OPEN_JOBS = 10_000  # per worker
 MAX_WORKER_ID = 512  # characters
 FACTS_S = 1.0  # the driver's facts go to the record this often
 LIVE_EVERY = 0.2  # seconds: how often the live view takes a worker's sample
+# A worker that sent more than PROGRESS_FRAMES frames or PROGRESS_BYTES in PROGRESS_S is told
+# its frames are being read (_read_so_far).
+PROGRESS_S = 1.0
+PROGRESS_FRAMES = 8
+PROGRESS_BYTES = 64 * 1024
 _KEPT_KINDS = frozenset({protocol.SAMPLE, protocol.SPANS, protocol.MARK, protocol.JOB_START,
                          protocol.JOB_END})
 _JOB_KINDS = frozenset({protocol.JOB_START, protocol.JOB_END})
@@ -64,6 +69,9 @@ class Receiver:
         limits = state.limits
         self._max_kept = math.inf if limits.max_kept_bytes is None else limits.max_kept_bytes
         self._live_read: dict[str, float] = {}  # worker -> when the live view last read its sample
+        self.export: otlp.LiveOtlp | None = None  # the live OTLP export, while one runs
+        # worker -> (when its frames were last acknowledged as read, frames and bytes since)
+        self._progress: dict[str, tuple[float, int, int]] = {}
         # What folding a frame of each kind changes besides the builder and the live state.
         self._folded: dict[str, Callable[[protocol.Frame], None]] = {
             protocol.HELLO: self._hello, protocol.JOB_START: self._job_start,
@@ -193,8 +201,28 @@ class Receiver:
                 overflow = []
                 held = self._unanchored.release(wid) if wid in st.anchored else []
         if folded:
+            self._read_so_far(sock, identity, frame, len(data), now)
             self._deliver(frame)
         self._release([*overflow, (wid, held)])
+
+    def _read_so_far(self, sock: zmq.Socket[bytes], identity: bytes, frame: protocol.Frame,
+                     size: int, now: float) -> None:
+        """Tell a busy worker's sidecar that its frames are being read (an ack of the seq
+        just read), at most once a PROGRESS_S, as soon as PROGRESS_FRAMES frames or
+        PROGRESS_BYTES came within one: a sidecar whose job has ended waits for its bye's
+        ack as long as these come, so a driver behind a flood still gets every frame queued
+        before the bye. A quiet worker gets none: it is never far behind."""
+        if frame.kind == protocol.BYE or not is_int(frame.seq):
+            return
+        since, frames, nbytes = self._progress.get(frame.worker, (now, 0, 0))
+        if now - since >= PROGRESS_S:
+            since, frames, nbytes = now, 0, 0
+        if frames >= 0:  # not told yet in this window
+            frames, nbytes = frames + 1, nbytes + size
+            if frames >= PROGRESS_FRAMES or nbytes >= PROGRESS_BYTES:
+                replies_send(sock, identity, protocol.ACK, {"seq": frame.seq})
+                frames = -1
+        self._progress[frame.worker] = (since, frames, nbytes)
 
     def _decode(self, data: bytes) -> protocol.Frame:
         """The frame, its body decoded only if someone reads it now. A sample's body is
@@ -244,6 +272,10 @@ class Receiver:
             st.bad_frames += 1
             st.last_error = str(err)
             return False
+        export = self.export
+        if export is not None and kind in otlp.KINDS:
+            export.put(kind, data if data is not None else
+                       protocol.encode_frame(kind, wid, frame.seq, frame.body))
         ended = False
         if keep or kind in _JOB_KINDS:  # live rows need every job
             ended = self._live.note(frame, time.monotonic())

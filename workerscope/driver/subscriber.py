@@ -45,12 +45,14 @@ from ..procfs import boot_id
 from ..record import MAX_SAMPLE_BYTES, QUEUE_BYTES, Facts, RecordWriter, read_record
 from ..timeline import Timeline
 from ..transport import MAX_FRAME_BYTES
-from . import ipc, late
+from . import ipc, late, otlp
 from .clock import ClockSync
 from .connections import Connections, connection_ceiling, local_key
 from .frames import FrameFanout
 from .keys import DriverKeys, ZapHandler
 from .live import LiveState
+from .otlp import LiveOtlp, OtlpCounts
+from .otlp import ready as otlp_ready
 from .prometheus import MetricsServer
 from .receive import OnFrame, Receiver
 from .replies import Replies
@@ -109,9 +111,16 @@ class Subscriber:
                  max_connections: int = MAX_CONNECTIONS, max_workers: int = MAX_WORKERS,
                  max_kept_bytes: int | None = None,
                  record: str | os.PathLike[str] | None = None,
-                 prometheus: str | None = None) -> None:
+                 prometheus: str | None = None, otlp: str | None = None,
+                 otlp_service: str = "workerscope") -> None:
         self.address = address
         self.prometheus = prometheus  # "HOST:PORT" to serve /metrics on (driver/prometheus.py)
+        # The base URL of an OTLP/HTTP collector to send what arrives to (driver/otlp.py).
+        self.otlp = otlp
+        self.otlp_service = otlp_service
+        self._otlp: LiveOtlp | None = None
+        if otlp is not None:
+            otlp_ready()  # the extra is missing: said now, not at start
         self._metrics: MetricsServer | None = None
         self._stacks_ids = itertools.count(1).__next__  # request ids of stacks() (atomic)
         self.receive_queue = receive_queue
@@ -141,6 +150,7 @@ class Subscriber:
         self._ipc_path: str | None = None
         self._ipc_ours: tuple[int, int] | None = None
         self._closed_wall: int | None = None
+        self._otlp_counts: OtlpCounts | None = None
 
     @property
     def prometheus_url(self) -> str | None:
@@ -252,8 +262,12 @@ class Subscriber:
         conns = self._conns.ceiling if self._conns is not None else self.max_connections
         queue = conns * ((self.receive_queue + 1) * self.max_frame_bytes + PER_CONNECTION)
         frame = (DECODED_PER_BYTE + 1) * self.max_frame_bytes  # decoded, and decrypted
+        export = 0
+        if self.otlp is not None:  # its queue, one cycle's frames decoded, its own workers
+            export = (otlp.QUEUE_BYTES + otlp.DRAIN_BYTES * DECODED_PER_BYTE
+                      + self.max_workers * PER_WORKER)
         return (queue + frame + late.HOLD_BYTES + self.max_workers * PER_WORKER + FIXED
-                + QUEUE_BYTES)
+                + QUEUE_BYTES + export)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> Subscriber:
@@ -263,12 +277,32 @@ class Subscriber:
             # First: a port that cannot be had fails the start before anything is bound.
             self._metrics = MetricsServer(self.prometheus, self._state.metrics)
         try:
+            if self.otlp is not None and self._otlp is None:
+                self._otlp = LiveOtlp(self.otlp, self.otlp_service, self._state.clock_offsets)
+                self._rx.export = self._otlp
             return self._start()
         except BaseException:
             if self._metrics is not None:  # a start that failed serves nothing
                 self._metrics.close()
                 self._metrics = None
+            self._close_otlp()
             raise
+
+    def _close_otlp(self) -> None:
+        if self._otlp is not None:
+            self._rx.export = None
+            self._otlp.close()  # what is queued is sent first (within otlp.CLOSE_S)
+            self._otlp_counts = self._otlp.counts()
+            self._otlp = None
+
+    @property
+    def otlp_counts(self) -> OtlpCounts | None:
+        """What the live OTLP export (otlp=URL) sent, and dropped, so far (None without one):
+        frames queued and dropped with the queue full, requests, spans and points sent and
+        given up on after their retries, the last error."""
+        if self._otlp is not None:
+            return self._otlp.counts()
+        return self._otlp_counts
 
     def _start(self) -> Subscriber:
         ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -373,6 +407,7 @@ class Subscriber:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+        self._close_otlp()
 
     def _close_sockets(self, sock: zmq.Socket[bytes], ctx: zmq.Context[zmq.Socket[bytes]]) -> None:
         if self._conns is not None:

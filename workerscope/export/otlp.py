@@ -31,12 +31,12 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import MissingExtraError
-from ..timeline import Job, Sample, Timeline
+from ..timeline import Job, Sample, Span, Timeline
 from ..units import json_safe
 
 log = logging.getLogger("workerscope")
@@ -45,6 +45,9 @@ BATCH = 5_000  # spans or data points a request
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 MAX_BACKOFF_S = 8.0
 MAX_RETRY_AFTER_S = 30.0
+MAX_ANSWER_BYTES = 64 * 1024  # of a collector's answer, read and let go
+WARN_EVERY = 100  # failed requests: the first is logged, then every WARN_EVERY-th
+MAX_SERIES = 65_536  # cumulative series whose start a live sender keeps
 # (metric, unit, kind, [(sample key, attributes)]): kind "sum" (cumulative) or "gauge".
 METRICS: tuple[tuple[str, str, str, list[tuple[str, dict[str, str]]]], ...] = (
     ("process.cpu.time", "s", "sum",
@@ -148,64 +151,83 @@ def _exception(error: str, tb: object) -> dict[str, object]:
             "exception.stacktrace": tb if isinstance(tb, str) else None}
 
 
-def trace_spans(t: Timeline, protos: tuple[Any, ...]) -> Iterator[tuple[str, Any]]:
-    """(worker, OTLP span) of every job and span of the timeline."""
+def _job_span(worker: str, job: int | None) -> bytes:
+    return _id(8, worker, "job", job)
+
+
+def trace_spans(t: Timeline, protos: tuple[Any, ...],
+                live: bool = False) -> Iterator[tuple[str, Any]]:
+    """(worker, OTLP span) of every job and span of the timeline. live: the timeline is a
+    part of a run (a driver's latest frames), whose spans may come before their job ends."""
     jobs: dict[tuple[str, int], Job] = {(j.worker, j.id): j for j in t.jobs}
     # The spans that stand for a job (kind "job"): their children hang from the job's span.
-    job_spans = {(s.worker, s.pid, s.id): s.job for s in t.spans if s.kind == "job"}
+    job_spans = {(s.worker, s.pid, s.id) for s in t.spans if s.kind == "job"}
     end_of_run = t.end_ns or 0
     for j in t.jobs:
-        trace = _id(16, j.worker, j.id)
-        end = j.end_ns if j.end_ns is not None else end_of_run
-        events = []
-        if j.error:
-            events.append(("exception", end, _exception(j.error, None)))
-        if j.death:
-            events.append(("workerscope.death", end, {str(k): v for k, v in j.death.items()}))
-        yield j.worker, _span(protos, trace, _id(8, j.worker, j.pid, "job", j.id), None, j.name,
-                              j.start_ns, end, {"code.function.name": j.name,
-                                                "workerscope.job.status": str(j.status),
-                                                "process.pid": j.pid, "thread.id": j.tid,
-                                                "workerscope.queued_s":
-                                                    None if j.queued_ns is None else j.queued_ns / 1e9},
-                              j.error if j.status != "ok" else None, events)
+        yield j.worker, _job_otlp(protos, j, end_of_run)
     for s in t.spans:
         if s.kind == "job":
             continue  # the job's own span is above, from its Job
-        job = jobs.get((s.worker, s.job)) if s.job is not None else None
-        trace = _id(16, s.worker, s.job) if job is not None else _id(16, s.worker, s.pid, "span",
-                                                                     s.id)
-        if s.parent is not None and (s.worker, s.pid, s.parent) not in job_spans:
+        # Ids from the worker and job alone: a span sent live, before its job ended (and so
+        # in an earlier request than its job), links to it all the same.
+        in_job = s.job is not None and (live or (s.worker, s.job) in jobs)
+        trace = _id(16, s.worker, s.job) if in_job else _id(16, s.worker, s.pid, "span", s.id)
+        # A top-level span's parent is its job's own span, whose id is the job's (span ids
+        # carry their ring's generation above GEN_SHIFT, so never equal a job's): known so
+        # without the job's span, which a live batch may not hold yet.
+        of_job = s.parent is not None and (s.parent == s.job
+                                           or (s.worker, s.pid, s.parent) in job_spans)
+        if s.parent is not None and not of_job:
             parent: bytes | None = _id(8, s.worker, s.pid, "span", s.parent)
-        elif job is not None:
-            parent = _id(8, s.worker, job.pid, "job", job.id)
+        elif in_job:
+            parent = _job_span(s.worker, s.job)
         else:
             parent = None
-        attrs: dict[str, object] = {"code.function.name": s.name, "process.pid": s.pid,
-                                    "thread.id": s.tid}
-        if s.cpu_ns is not None:
-            attrs["workerscope.cpu_s"] = s.cpu_ns / 1e9
-        for k, v in (s.attrs or {}).items():
-            if k != "traceback":
-                attrs[f"workerscope.attr.{k}"] = v
-        events = []
-        if s.error:
-            events.append(("exception", s.end_ns,
-                           _exception(s.error, (s.attrs or {}).get("traceback"))))
-        if s.cut_short:
-            events.append(("workerscope.cut_short", s.end_ns, {}))
-        error = s.error or ("cut short: its process died" if s.cut_short else None)
-        yield s.worker, _span(protos, trace, _id(8, s.worker, s.pid, "span", s.id), parent,
-                              s.name, s.start_ns, s.end_ns, attrs, error, events)
+        yield s.worker, _span_otlp(protos, s, trace, parent)
+
+
+def _job_otlp(protos: tuple[Any, ...], j: Job, end_of_run: int) -> Any:
+    end = j.end_ns if j.end_ns is not None else end_of_run
+    events = []
+    if j.error:
+        events.append(("exception", end, _exception(j.error, None)))
+    if j.death:
+        events.append(("workerscope.death", end, {str(k): v for k, v in j.death.items()}))
+    attrs = {"code.function.name": j.name, "workerscope.job.status": str(j.status),
+             "process.pid": j.pid, "thread.id": j.tid,
+             "workerscope.queued_s": None if j.queued_ns is None else j.queued_ns / 1e9}
+    return _span(protos, _id(16, j.worker, j.id), _job_span(j.worker, j.id), None, j.name,
+                 j.start_ns, end, attrs, j.error if j.status != "ok" else None, events)
+
+
+def _span_otlp(protos: tuple[Any, ...], s: Span, trace: bytes, parent: bytes | None) -> Any:
+    attrs: dict[str, object] = {"code.function.name": s.name, "process.pid": s.pid,
+                                "thread.id": s.tid}
+    if s.cpu_ns is not None:
+        attrs["workerscope.cpu_s"] = s.cpu_ns / 1e9
+    for k, v in (s.attrs or {}).items():
+        if k != "traceback":
+            attrs[f"workerscope.attr.{k}"] = v
+    events = []
+    if s.error:
+        events.append(("exception", s.end_ns,
+                       _exception(s.error, (s.attrs or {}).get("traceback"))))
+    if s.cut_short:
+        events.append(("workerscope.cut_short", s.end_ns, {}))
+    error = s.error or ("cut short: its process died" if s.cut_short else None)
+    return _span(protos, trace, _id(8, s.worker, s.pid, "span", s.id), parent, s.name,
+                 s.start_ns, s.end_ns, attrs, error, events)
 
 
 Point = tuple[str, str, str, str, dict[str, object], int, int, float]
 
 
-def metric_points(t: Timeline) -> Iterator[Point]:
+def metric_points(t: Timeline,
+                  starts: dict[tuple[str, str, int | None], int] | None = None) -> Iterator[Point]:
     """(worker, metric, unit, kind, attributes, start, time, value) of each proc and tree
-    sample value the semantic conventions name."""
-    starts: dict[tuple[str, str, int | None], int] = {}
+    sample value the semantic conventions name. starts: each series' start time, kept
+    across calls by a live sender (a cumulative sum keeps its start)."""
+    starts = {} if starts is None else starts
     for smp in sorted(t.samples, key=lambda s: s.t_ns):
         if smp.scope not in ("proc", "tree"):
             continue
@@ -223,7 +245,9 @@ def _points(smp: Sample, start: int) -> Iterator[Point]:
                 yield smp.worker, metric, unit, kind, {**base, **extra}, start, smp.t_ns, value
 
 
-def _post(url: str, body: bytes, retries: int, timeout: float, sent: Sent) -> bool:
+def _post(url: str, body: bytes, retries: int, timeout: float, sent: Sent,
+          wait_for: Callable[[float], bool]) -> bool:
+    """POST one request, retried; wait_for(s) sleeps between tries, True to give up."""
     data = gzip.compress(body)
     delay = 0.5
     for attempt in range(retries + 1):
@@ -233,7 +257,7 @@ def _post(url: str, body: bytes, retries: int, timeout: float, sent: Sent) -> bo
         wait = delay
         try:
             with urllib.request.urlopen(request, timeout=timeout) as answer:
-                answer.read()
+                answer.read(MAX_ANSWER_BYTES)  # its body says nothing we use: never read whole
             return True
         except urllib.error.HTTPError as err:
             sent.last_error = f"{url}: HTTP {err.code}"
@@ -245,86 +269,129 @@ def _post(url: str, body: bytes, retries: int, timeout: float, sent: Sent) -> bo
         except (urllib.error.URLError, OSError) as err:
             sent.last_error = f"{url}: {err}"
         if attempt < retries:
-            time.sleep(wait)
+            if wait_for(wait):
+                break
             delay = min(delay * 2, MAX_BACKOFF_S)
     sent.failed += 1
-    log.warning("workerscope: OTLP export failed: %s", sent.last_error)
+    if sent.failed == 1 or sent.failed % WARN_EVERY == 0:  # a collector down for hours: not a flood
+        log.warning("workerscope: OTLP export failed (%d requests so far, counted): %s",
+                    sent.failed, sent.last_error)
     return False
+
+
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False
+
+
+class OtlpSender:
+    """Sends timelines (a whole run, or a live driver's latest part of one) to the OTLP/HTTP
+    collector at `url` (its base, e.g. http://localhost:4318: /v1/traces and /v1/metrics are
+    added), counting in `sent` what it sent and what it gave up on."""
+
+    def __init__(self, url: str, service: str = "workerscope", retries: int = 6,
+                 timeout: float = 10.0, wait_for: Callable[[float], bool] = _sleep,
+                 live: bool = False) -> None:
+        self.protos = _protos()
+        self.base = url.rstrip("/")
+        self.service = service
+        self.retries = retries
+        self.timeout = timeout
+        self.wait_for = wait_for
+        self.live = live
+        self.sent = Sent()
+        self.starts: dict[tuple[str, str, int | None], int] = {}
+
+    def _post(self, path: str, body: bytes) -> bool:
+        return _post(f"{self.base}{path}", body, self.retries, self.timeout, self.sent,
+                     self.wait_for)
+
+    def send(self, t: Timeline) -> None:
+        resources: dict[str, Any] = {}
+
+        def resource(worker: str) -> Any:
+            if worker not in resources:
+                resources[worker] = _resource(self.protos, t, worker, self.service)
+            return resources[worker]
+
+        self._send_spans(t, resource)
+        if len(self.starts) > MAX_SERIES:  # a day of short-lived processes: start afresh
+            self.starts.clear()
+        self._send_points(t, resource)
+
+    def _send_spans(self, t: Timeline, resource: Callable[[str], Any]) -> None:
+        trace_service, _, common, trace_pb2, _, _ = self.protos
+        sent = self.sent
+        batch: dict[str, list[Any]] = {}
+        count = 0
+
+        def flush() -> None:
+            nonlocal count
+            if not count:
+                return
+            request = trace_service.ExportTraceServiceRequest(resource_spans=[
+                trace_pb2.ResourceSpans(resource=resource(w), scope_spans=[trace_pb2.ScopeSpans(
+                    scope=common.InstrumentationScope(name="workerscope"), spans=spans)])
+                for w, spans in batch.items()])
+            ok = self._post("/v1/traces", request.SerializeToString())
+            sent.spans += count if ok else 0
+            sent.spans_dropped += 0 if ok else count
+            batch.clear()
+            count = 0
+
+        for worker, span in trace_spans(t, self.protos, self.live):
+            batch.setdefault(worker, []).append(span)
+            count += 1
+            if count >= BATCH:
+                flush()
+        flush()
+
+    def _send_points(self, t: Timeline, resource: Callable[[str], Any]) -> None:
+        _, metrics_service, common, _, metrics_pb2, _ = self.protos
+        sent = self.sent
+        points: dict[tuple[str, str, str, str], list[Any]] = {}
+        n = 0
+
+        def flush() -> None:
+            nonlocal n
+            if not n:
+                return
+            by_worker: dict[str, list[Any]] = {}
+            for (worker, metric, unit, kind), dps in points.items():
+                m = metrics_pb2.Metric(name=metric, unit=unit)
+                if kind == "sum":
+                    m.sum.CopyFrom(metrics_pb2.Sum(
+                        data_points=dps, is_monotonic=True,
+                        aggregation_temporality=metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE))
+                else:
+                    m.gauge.CopyFrom(metrics_pb2.Gauge(data_points=dps))
+                by_worker.setdefault(worker, []).append(m)
+            request = metrics_service.ExportMetricsServiceRequest(resource_metrics=[
+                metrics_pb2.ResourceMetrics(resource=resource(w), scope_metrics=[
+                    metrics_pb2.ScopeMetrics(scope=common.InstrumentationScope(name="workerscope"),
+                                             metrics=ms)]) for w, ms in by_worker.items()])
+            ok = self._post("/v1/metrics", request.SerializeToString())
+            sent.points += n if ok else 0
+            sent.points_dropped += 0 if ok else n
+            points.clear()
+            n = 0
+
+        for worker, metric, unit, kind, attrs, start, at, value in metric_points(t, self.starts):
+            dp = metrics_pb2.NumberDataPoint(
+                attributes=_attrs(common, attrs),
+                start_time_unix_nano=max(start, 0) if kind == "sum" else 0,
+                time_unix_nano=max(at, 0), as_double=float(value))
+            points.setdefault((worker, metric, unit, kind), []).append(dp)
+            n += 1
+            if n >= BATCH:
+                flush()
+        flush()
 
 
 def send_otlp(t: Timeline, url: str, service: str = "workerscope", retries: int = 6,
               timeout: float = 10.0) -> Sent:
     """Send the timeline's spans and metrics to the OTLP/HTTP collector at `url` (its base,
     e.g. http://localhost:4318: /v1/traces and /v1/metrics are added)."""
-    protos = _protos()
-    trace_service, metrics_service, common, trace_pb2, metrics_pb2, _ = protos
-    base = url.rstrip("/")
-    sent = Sent()
-    resources: dict[str, Any] = {}
-
-    def resource(worker: str) -> Any:
-        if worker not in resources:
-            resources[worker] = _resource(protos, t, worker, service)
-        return resources[worker]
-
-    batch: dict[str, list[Any]] = {}
-    count = 0
-
-    def flush_spans() -> None:
-        nonlocal count
-        if not count:
-            return
-        request = trace_service.ExportTraceServiceRequest(resource_spans=[
-            trace_pb2.ResourceSpans(resource=resource(w), scope_spans=[trace_pb2.ScopeSpans(
-                scope=common.InstrumentationScope(name="workerscope"), spans=spans)])
-            for w, spans in batch.items()])
-        ok = _post(f"{base}/v1/traces", request.SerializeToString(), retries, timeout, sent)
-        sent.spans += count if ok else 0
-        sent.spans_dropped += 0 if ok else count
-        batch.clear()
-        count = 0
-
-    for worker, span in trace_spans(t, protos):
-        batch.setdefault(worker, []).append(span)
-        count += 1
-        if count >= BATCH:
-            flush_spans()
-    flush_spans()
-
-    points: dict[tuple[str, str, str, str], list[Any]] = {}
-    n = 0
-
-    def flush_points() -> None:
-        nonlocal n
-        if not n:
-            return
-        by_worker: dict[str, list[Any]] = {}
-        for (worker, metric, unit, kind), dps in points.items():
-            m = metrics_pb2.Metric(name=metric, unit=unit)
-            if kind == "sum":
-                m.sum.CopyFrom(metrics_pb2.Sum(
-                    data_points=dps, is_monotonic=True,
-                    aggregation_temporality=metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE))
-            else:
-                m.gauge.CopyFrom(metrics_pb2.Gauge(data_points=dps))
-            by_worker.setdefault(worker, []).append(m)
-        request = metrics_service.ExportMetricsServiceRequest(resource_metrics=[
-            metrics_pb2.ResourceMetrics(resource=resource(w), scope_metrics=[
-                metrics_pb2.ScopeMetrics(scope=common.InstrumentationScope(name="workerscope"),
-                                         metrics=ms)]) for w, ms in by_worker.items()])
-        ok = _post(f"{base}/v1/metrics", request.SerializeToString(), retries, timeout, sent)
-        sent.points += n if ok else 0
-        sent.points_dropped += 0 if ok else n
-        points.clear()
-        n = 0
-
-    for worker, metric, unit, kind, attrs, start, at, value in metric_points(t):
-        dp = metrics_pb2.NumberDataPoint(attributes=_attrs(common, attrs),
-                                         start_time_unix_nano=max(start, 0) if kind == "sum" else 0,
-                                         time_unix_nano=max(at, 0), as_double=float(value))
-        points.setdefault((worker, metric, unit, kind), []).append(dp)
-        n += 1
-        if n >= BATCH:
-            flush_points()
-    flush_points()
-    return sent
+    sender = OtlpSender(url, service, retries, timeout)
+    sender.send(t)
+    return sender.sent
