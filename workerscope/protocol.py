@@ -75,6 +75,10 @@ FRAME_KINDS = frozenset(FrameKind)
 # A decoded kind is looked up here: the enum member, at the cost of a dict lookup (~30 ns)
 _KINDS: dict[str, FrameKind] = {k.value: k for k in FrameKind}
 HEARTBEAT_S = 1.0
+# The longest a sidecar waits for its bye's acknowledgement while the driver says it is still
+# reading its frames (bye_timeout is the longest it waits without a word), and so about the
+# longest a worker that waits for its sidecar (`run`, Dask) waits past bye_timeout.
+MAX_BYE_WAIT_S = 120.0
 
 # Pipe message kinds: control only (spans go through the span rings, see spanring.py).
 # Worker -> sidecar: hello, job_start, job_end, close. Sidecar -> worker: ready, timeline.

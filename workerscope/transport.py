@@ -34,9 +34,7 @@ __all__ = ["LINGER_MS", "MAX_FRAME_BYTES", "SEND_HWM", "Outbox", "dealer"]
 SEND_HWM = 10_000
 ROUTING_ID_BYTES = 16
 LINGER_MS = 2_000
-# The longest a sidecar waits for its bye's acknowledgement while the driver says it is still
-# reading its frames (bye_timeout is the longest it waits without a word).
-MAX_BYE_WAIT_S = 120.0
+MAX_BYE_WAIT_S = protocol.MAX_BYE_WAIT_S
 PROGRESS_WAIT_S = 5.0  # more, after each word that the driver is reading (a few of its acks)
 # The largest frame that goes over the network, either way (protocol's): a driver reads no
 # bigger frame (ZeroMQ drops a connection that sends one), and its memory ceiling is counted in
@@ -240,16 +238,21 @@ class Outbox:
         return self._failed and not self.heard
 
     def wait_ack(self, seq: int, timeout: float,
-                 on_other: Callable[[list[protocol.Frame]], None] | None = None) -> bool:
+                 on_other: Callable[[list[protocol.Frame]], None] | None = None,
+                 progress: bool = False) -> bool:
         """Wait for the driver to acknowledge frame `seq` (the bye). False on timeout, or at
         once when nobody listened (`bye_wait` says which). Anything else the driver sends
-        meanwhile (a ping) goes to on_other."""
+        meanwhile (a ping) goes to on_other. progress (a sidecar's bye): wait longer while
+        the driver says it is still reading this worker's frames."""
         start = time.monotonic()
         # A driver still reading this worker's queued frames says so about once a second (an
         # ack of an earlier seq): each lets it wait PROGRESS_WAIT_S more, up to MAX_BYE_WAIT_S
         # in all, so a driver behind a flood still gets every frame queued before the bye.
-        longest = start + max(timeout, MAX_BYE_WAIT_S) if timeout > 0 else start
-        deadline = min(max(start + timeout, self.read_at + PROGRESS_WAIT_S), longest)
+        # Light mode's exit wait stays its own (half a second).
+        longest = start + (max(timeout, MAX_BYE_WAIT_S) if progress and timeout > 0 else timeout)
+        deadline = start + timeout
+        if progress:
+            deadline = min(max(deadline, self.read_at + PROGRESS_WAIT_S), longest)
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         poller.register(self._events, zmq.POLLIN)

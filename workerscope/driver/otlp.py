@@ -31,13 +31,18 @@ log = logging.getLogger("workerscope")
 __all__ = ["KINDS", "LiveOtlp", "OtlpCounts", "ready"]
 
 QUEUE_BYTES = 32 * 1024 * 1024  # frames waiting for the exporter (docs/SECURITY.md)
-DRAIN_BYTES = 1024 * 1024  # frames folded and sent in one cycle
+DRAIN_BYTES = 1024 * 1024  # frames folded and sent in one cycle (and one frame more)
+# Room kept past QUEUE_BYTES for the frames a timeline is anchored and ended by (hello,
+# job_start, job_end, bye): dropped, they would leave a worker off the clock or a job open
+# in the exporter for good.
+CONTROL_BYTES = 2 * 1024 * 1024
+FRAME_OVERHEAD = 100  # bytes a queued frame costs besides its own (the bytes object, the deque)
 FLUSH_S = 1.0
 CLOSE_S = 10.0
-MAX_NAMES = 65_536  # process and thread names the exporter's builder keeps
 # The kinds a timeline is built from; the rest (heartbeats, pongs, acks) say nothing here.
 KINDS = frozenset({protocol.HELLO, protocol.JOB_START, protocol.JOB_END, protocol.SAMPLE,
                    protocol.SPANS, protocol.MARK, protocol.BYE})
+_CONTROL = frozenset({protocol.HELLO, protocol.JOB_START, protocol.JOB_END, protocol.BYE})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,12 +106,14 @@ class LiveOtlp:
         (beyond a lock held for a deque operation)."""
         if kind not in KINDS:
             return
+        size = len(data) + FRAME_OVERHEAD
+        room = self._max + (CONTROL_BYTES if kind in _CONTROL else 0)
         with self._lock:
-            if self._bytes + len(data) > self._max:
+            if self._bytes + size > room:
                 self.frames_dropped += 1
                 return
             self._queue.append(data)
-            self._bytes += len(data)
+            self._bytes += size
             self.peak_bytes = max(self.peak_bytes, self._bytes)
             self.frames += 1
 
@@ -116,6 +123,7 @@ class LiveOtlp:
             self._cycle()
             while self._bytes and not self._stop.is_set():  # a burst: drain it, cycle by cycle
                 self._cycle()
+                time.sleep(0.001)  # let the receive thread have the interpreter between cycles
         self.sender.timeout = min(self.sender.timeout, 2.0)  # closing: no long waits
         while self._bytes and time.monotonic() < self._deadline:
             self._cycle()
@@ -142,7 +150,7 @@ class LiveOtlp:
                 if not self._queue:
                     return
                 data = self._queue.popleft()
-                self._bytes -= len(data)
+                self._bytes -= len(data) + FRAME_OVERHEAD
             taken += len(data)
             try:
                 self._builder.add(protocol.decode_frame(data, len(data)))
@@ -153,6 +161,9 @@ class LiveOtlp:
         """What the frames folded so far made, on the driver's clock, taken out of the
         builder (which keeps only its workers and open jobs)."""
         b = self._builder
+        # Process and thread names say nothing in OTLP: let go of them every cycle.
+        b.t.processes.clear()
+        b.t.threads.clear()
         if not (b.t.jobs or b.t.spans or b.t.samples or b.t.marks):
             return None
         t, _ = b.snapshot()
@@ -160,9 +171,6 @@ class LiveOtlp:
         b.t.spans.clear()
         b.t.samples.clear()
         b.t.marks.clear()
-        for names in (b.t.processes, b.t.threads):  # a day of short-lived processes
-            if len(names) > MAX_NAMES:
-                names.clear()
         offsets = {wid: off for wid, (off, _) in self._offsets().items()}
         return TimelineBuilder.finish((t, []), offsets)
 
@@ -175,5 +183,6 @@ class LiveOtlp:
     def close(self) -> None:
         """Send what is queued (within CLOSE_S), then stop."""
         self._deadline = time.monotonic() + CLOSE_S
+        self.sender.deadline = self._deadline  # a request under way ends by then too
         self._stop.set()
         self._thread.join(CLOSE_S + 30.0)

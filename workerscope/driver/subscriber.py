@@ -264,7 +264,8 @@ class Subscriber:
         frame = (DECODED_PER_BYTE + 1) * self.max_frame_bytes  # decoded, and decrypted
         export = 0
         if self.otlp is not None:  # its queue, one cycle's frames decoded, its own workers
-            export = (otlp.QUEUE_BYTES + otlp.DRAIN_BYTES * DECODED_PER_BYTE
+            export = (otlp.QUEUE_BYTES + otlp.CONTROL_BYTES
+                      + (otlp.DRAIN_BYTES + protocol.MAX_FRAME_BYTES) * DECODED_PER_BYTE
                       + self.max_workers * PER_WORKER)
         return (queue + frame + late.HOLD_BYTES + self.max_workers * PER_WORKER + FIXED
                 + QUEUE_BYTES + export)
@@ -300,8 +301,9 @@ class Subscriber:
         """What the live OTLP export (otlp=URL) sent, and dropped, so far (None without one):
         frames queued and dropped with the queue full, requests, spans and points sent and
         given up on after their retries, the last error."""
-        if self._otlp is not None:
-            return self._otlp.counts()
+        live = self._otlp  # read once: a close may clear it meanwhile
+        if live is not None:
+            return live.counts()
         return self._otlp_counts
 
     def _start(self) -> Subscriber:

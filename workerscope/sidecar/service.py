@@ -835,7 +835,8 @@ class Sidecar:
             "dropped": self.outbox.dropped}
         self.emit(protocol.BYE, body, jobs=[])
         # Skipped at once when no driver was ever heard from and a connection failed.
-        self.outbox.wait_ack(self.seq, self.config.bye_timeout, on_other=self.on_driver)
+        self.outbox.wait_ack(self.seq, self.config.bye_timeout, on_other=self.on_driver,
+                              progress=True)
         self.outbox.close()
         from ..transport import not_delivered
 

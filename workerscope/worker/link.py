@@ -179,14 +179,18 @@ class SidecarLink:
             # ever. What it had not sent is lost with it, as it was once it stopped.
             self.proc.kill()
             self.proc.wait()
+        # A sidecar waits bye_timeout for its bye's ack, longer while the driver says it is
+        # still reading (up to MAX_BYE_WAIT_S): killed sooner, its last frames would be lost.
+        patience = (max(self.config.bye_timeout, protocol.MAX_BYE_WAIT_S)
+                    if self.config.bye_timeout > 0 else 0.0) + 10
         if wait and self.proc is not None:
             try:
-                self.proc.wait(timeout=self.config.bye_timeout + 10)
+                self.proc.wait(timeout=patience)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
         if wait and self.thread is not None:
-            self.thread.join(timeout=self.config.bye_timeout + 10)
+            self.thread.join(timeout=patience)
         left: list[list[Any]] = []
         if not self._sidecar_running():
             # The sidecar is gone (or never came): nobody else will remove its rings, unless
