@@ -107,13 +107,17 @@ def test_a_real_prometheus_scrapes_each_workers_tree_rss(clean_env, tmp_path):
                 w.wait(timeout=60)
             prom.terminate()
             prom.wait(timeout=30)
+            prom.stderr.close()
         assert set(got) == set(rows) and len(got) == 4, (got, rows)
         for wid, (metric, value) in got.items():
             assert abs(value - rows[wid]) <= 0.05 * rows[wid], (wid, value, rows[wid])
             # Prometheus renames a target's own job= or instance= to exported_*: none of ours.
             assert not {"exported_job", "exported_instance"} & set(metric), metric
             assert metric["job"] == "workerscope" and metric["host"]
-        text = _get(sub.prometheus_url).decode()
+        # /metrics is rendered at most once a second: the jobs' ends show in a later one.
+        assert sub.wait(jobs=4, timeout=60)
+        text = _until(lambda: next((t for t in [_get(sub.prometheus_url).decode()]
+                                    if "workerscope_jobs_ended_total" in t), ""))
     assert ' job="' not in text and "instance=" not in text
     assert "workerscope_jobs_ended_total" in text and "workerscope_driver_workers 4" in text
 
