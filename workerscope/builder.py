@@ -47,6 +47,7 @@ def _opt(value: Any, kind: type) -> Any:
 MAX_NAME = 1000  # characters of a job's name; a longer one is cut, marked
 MAX_HOST = 255  # a host name (and a node name): DNS's own bound
 MAX_BOOT_ID = 128  # /proc/sys/kernel/random/boot_id is 36
+MAX_BOOTS = 4096  # hosts whose workers share one clock anchor (their boot ids), at most
 
 
 def bounded_text(value: Any, most: int) -> str:
@@ -371,6 +372,7 @@ class TimelineBuilder:
         self._roots: dict[str, int] = {}
         self.last_sample: dict[str, int] = {}  # worker -> its latest sample's wall time
         self._note_bytes: dict[str, int] = {}  # worker -> bytes of its frames' notes (-1: full)
+        self._lost_job: dict[str, int] = {}  # worker -> spans lost in a job's own frames
         # Each kind of frame and what folds it in; kinds not here (heartbeats, pongs, pings,
         # acks) only count as the worker's frames.
         self._handlers: dict[protocol.FrameKind, Callable[[str, dict[str, Any]], None]] = {
@@ -389,6 +391,20 @@ class TimelineBuilder:
             w = self.t.workers[wid] = Worker(wid)
         return w
 
+    def forget(self, wid: str) -> None:
+        """Let go of all this builder holds of one worker (a driver making room for new
+        ones: what its frames said is in the record)."""
+        self.t.workers.pop(wid, None)
+        for store in (self._anchor, self._roots, self.last_sample, self._note_bytes,
+                      self._lost_job):
+            store.pop(wid, None)
+        for key in [k for k in self._open_jobs if k[0] == wid]:
+            del self._open_jobs[key]
+        for proc in [k for k in self.t.processes if k[0] == wid]:
+            del self.t.processes[proc]
+        for thread in [k for k in self.t.threads if k[0] == wid]:
+            del self.t.threads[thread]
+
     def _set_anchor(self, wid: str, anchor: Any, boot_id: Any) -> None:
         wall, mono = (int(x) for x in anchor)
         if not (-_INT64 <= wall < _INT64 and -_INT64 <= mono < _INT64):
@@ -399,6 +415,8 @@ class TimelineBuilder:
             # events line up exactly. A pair that does not agree keeps its own: a worker's
             # clock is its own, never another's (a hello with this host's boot id and a false
             # anchor must not move the real workers' times).
+            if boot_id not in self._boot_anchor and len(self._boot_anchor) >= MAX_BOOTS:
+                self._boot_anchor.clear()  # a driver's day of hosts: their next workers anew
             shared = self._boot_anchor.setdefault(boot_id, (wall, mono))
             if abs((wall - mono) - (shared[0] - shared[1])) <= SHARED_ANCHOR_NS:
                 wall, mono = shared
@@ -545,6 +563,7 @@ class TimelineBuilder:
                                   cpu_ns=None if cpu is None else min(cpu, max(
                                       int(r.end_ns) - int(r.start_ns), 0))))
         lost = _opt(b.get("spans_lost"), int)
+        lost_job = _opt(b.get("spans_lost_job"), int)
         notes = b.get("notes") or []
         if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
             raise ValueError("span notes must be a list of strings")
@@ -555,7 +574,12 @@ class TimelineBuilder:
         self.t.spans.extend(spans)
         self.t.marks.extend(marks)
         w = self.worker(wid)
-        if lost is not None:
+        if lost_job is not None:
+            # A job's own timeline (its kept frames): what its rings lost while it ran; the
+            # running totals, and those of the jobs nested in it (within its count), no more.
+            w.spans_lost = max(self._lost_job.get(wid, 0), lost_job)
+            self._lost_job[wid] = w.spans_lost
+        elif lost is not None and wid not in self._lost_job:
             w.spans_lost = max(w.spans_lost, lost)  # a running total: a lost frame loses nothing
         self._add_notes(w, notes)
 

@@ -198,6 +198,8 @@ class SpansBody(TypedDict):  # spans and mark frames
     records: list[list[Any]]  # SpanRecord rows
     threads: list[list[Any]]  # [tid, name]
     spans_lost: NotRequired[int]  # the rings' running total
+    # In a job's own frames only (never sent): the records its rings lost while it ran.
+    spans_lost_job: NotRequired[int]
     notes: NotRequired[list[str]]
 
 

@@ -107,7 +107,7 @@ class Facts:
     unwritten: int = 0  # frames of all workers the record's writer could not write
     unwritten_why: str | None = None
 
-    _MAPS = ("clocks", "lost", "dropped", "states", "last_wall", "notes", "gone_wall",
+    MAPS = ("clocks", "lost", "dropped", "states", "last_wall", "notes", "gone_wall",
              "not_kept")
 
     def encode(self) -> bytes:
@@ -150,7 +150,7 @@ class Facts:
                       unwritten=self.unwritten, unwritten_why=self.unwritten_why)
         changed = (self.closed_wall, self.max_kept, self.unwritten, self.unwritten_why) != (
             old.closed_wall, old.max_kept, old.unwritten, old.unwritten_why)
-        for name in self._MAPS:
+        for name in self.MAPS:
             new, was = getattr(self, name), getattr(old, name)
             if name == "notes":
                 part = {w: ns[len(was.get(w, ())):] for w, ns in new.items()
@@ -163,7 +163,7 @@ class Facts:
 
     def merge(self, delta: Facts) -> None:
         """Take in a facts entry written as `since` makes them."""
-        for name in self._MAPS:
+        for name in self.MAPS:
             mine, new = getattr(self, name), getattr(delta, name)
             if name == "notes":
                 for w, ns in new.items():
@@ -181,7 +181,7 @@ class Facts:
         data = self.encode()
         if len(data) <= max_bytes:
             return [data]
-        workers = sorted({w for name in self._MAPS for w in getattr(self, name)})
+        workers = sorted({w for name in self.MAPS for w in getattr(self, name)})
         if len(workers) < 2:  # one worker's facts are a few KiB: never here
             log.warning("the driver's facts for %.100r take %d bytes: not recorded",
                         workers, len(data))
@@ -192,7 +192,7 @@ class Facts:
     def _only(self, workers: set[str]) -> Facts:
         part = Facts(closed_wall=self.closed_wall, max_kept=self.max_kept,
                      unwritten=self.unwritten, unwritten_why=self.unwritten_why)
-        for name in self._MAPS:
+        for name in self.MAPS:
             setattr(part, name, {w: v for w, v in getattr(self, name).items() if w in workers})
         return part
 
@@ -231,6 +231,13 @@ class NoteBudget:
             self._take(k, notes[k.seen:])
         k.seen = len(notes)
         return k.notes
+
+    def forget(self, wid: str) -> None:
+        """Let go of one worker's kept notes (written to the record already), and give their
+        bytes back to the whole budget."""
+        k = self._kept.pop(wid, None)
+        if k is not None:
+            self.left += k.bytes
 
     def _take(self, k: _Kept, notes: Iterable[str]) -> None:
         for whole in notes:
@@ -607,7 +614,9 @@ def read_record(path: str | os.PathLike[str], limit: int | None = None,
     if not entries and reader.damaged:
         raise FileFormatError(f"{reader.path!r} holds no readable entry: the {reader.skipped:,} "
                               "bytes after its header are damaged (or a hole)")
-    t = _apply(builder, facts or written, live=facts is not None)
+    if facts is not None:  # a live driver's: newer, but without the workers it let go of
+        written.merge(facts)
+    t = _apply(builder, written, live=facts is not None)
     notes = [f"{unreadable} entr(ies) of the record could not be read"] if unreadable else []
     if reader.damaged:
         notes.append(f"{reader.damaged} damaged part(s) of the record {reader.path!r} "

@@ -99,6 +99,11 @@ class ClockSync:
         self.estimates[wid].add(pending[1], t1, t2)
         return True
 
+    def forget(self, wid: str) -> None:
+        self.estimates.pop(wid, None)
+        for ping_id in [i for i, (w, _) in self._pending.items() if w == wid]:
+            del self._pending[ping_id]
+
     def offsets(self) -> dict[str, tuple[int, int | None]]:
         """worker -> (ns its clock runs ahead of the driver's, error bound in ns)."""
         return {wid: (e.offset_ns, e.error_ns) for wid, e in self.estimates.items()}

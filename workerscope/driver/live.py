@@ -94,6 +94,9 @@ class LiveState:
         return [(wid, job, now - t0, limit) for wid, w in self.workers.items()
                 for job, (_, t0) in w.jobs.items() if now - t0 > limit]
 
+    def forget(self, wid: str) -> None:
+        self.workers.pop(wid, None)
+
     def open_jobs(self, wid: str) -> int:
         w = self.workers.get(wid)
         return 0 if w is None else len(w.jobs)

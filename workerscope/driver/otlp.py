@@ -80,7 +80,9 @@ class LiveOtlp:
         self._max = QUEUE_BYTES if queue_bytes is None else queue_bytes
         self._flush_s = flush_s
         self._lock = threading.Lock()
-        self._queue: collections.deque[bytes] = collections.deque()
+        # Frames as they came; a worker's id alone: let go of it once what came before is sent.
+        self._queue: collections.deque[bytes | str] = collections.deque()
+        self._forget: list[str] = []
         self._bytes = 0
         self.peak_bytes = 0  # the most the queue held
         self.frames = 0
@@ -117,6 +119,13 @@ class LiveOtlp:
             self.peak_bytes = max(self.peak_bytes, self._bytes)
             self.frames += 1
 
+    def forget(self, wid: str) -> None:
+        """The driver let go of this worker (to make room for new ones): so does the exporter,
+        once the frames queued before now are sent. Never dropped: it costs a few bytes."""
+        with self._lock:
+            self._queue.append(wid)
+            self._bytes += FRAME_OVERHEAD
+
     # -- its own thread ----------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.wait(self._flush_s):
@@ -128,7 +137,8 @@ class LiveOtlp:
         while self._bytes and time.monotonic() < self._deadline:
             self._cycle()
         with self._lock:
-            self.frames_dropped += len(self._queue)  # not sent in time: counted, not lost quietly
+            # Not sent in time: counted, not lost quietly.
+            self.frames_dropped += sum(isinstance(x, bytes) for x in self._queue)
             self._queue.clear()
             self._bytes = 0
         self._cycle()  # whatever the last frames made
@@ -139,6 +149,9 @@ class LiveOtlp:
             t = self._take()
             if t is not None:
                 self.sender.send(t)
+            for wid in self._forget:
+                self._builder.forget(wid)
+            self._forget.clear()
         except Exception as err:  # noqa: BLE001 - the exporter must never die: counted, it goes on
             self.sender.sent.last_error = f"{type(err).__name__}: {err}"
             log.warning("workerscope: OTLP export cycle failed: %r", err)
@@ -150,6 +163,10 @@ class LiveOtlp:
                 if not self._queue:
                     return
                 data = self._queue.popleft()
+                if isinstance(data, str):
+                    self._bytes -= FRAME_OVERHEAD
+                    self._forget.append(data)
+                    continue
                 self._bytes -= len(data) + FRAME_OVERHEAD
             taken += len(data)
             try:

@@ -44,6 +44,10 @@ LIVE_EVERY = 0.2  # seconds: how often the live view takes a worker's sample
 # A worker that sent more than PROGRESS_FRAMES frames or PROGRESS_BYTES in PROGRESS_S is told
 # its frames are being read (_read_so_far).
 PROGRESS_S = 1.0
+# At max_workers, workers gone and done are let go of this many at a time at most (and a
+# sixteenth of max_workers at most); when none is, the next look is ROOM_EVERY_S later.
+ROOM_BATCH = 256
+ROOM_EVERY_S = 1.0
 PROGRESS_FRAMES = 8
 PROGRESS_BYTES = 64 * 1024
 _KEPT_KINDS = frozenset({protocol.SAMPLE, protocol.SPANS, protocol.MARK, protocol.JOB_START,
@@ -72,6 +76,8 @@ class Receiver:
         self.export: otlp.LiveOtlp | None = None  # the live OTLP export, while one runs
         # worker -> (when its frames were last acknowledged as read, frames and bytes since)
         self._progress: dict[str, tuple[float, int, int]] = {}
+        self._room_at = -math.inf  # when room for new workers was last looked for, in vain
+        self._let_go_said = False
         # What folding a frame of each kind changes besides the builder and the live state.
         self._folded: dict[str, Callable[[protocol.Frame], None]] = {
             protocol.HELLO: self._hello, protocol.JOB_START: self._job_start,
@@ -180,10 +186,11 @@ class Receiver:
             return
         st = self.state
         with st.cond:
-            if wid not in st.received and len(st.received) >= self._limits.max_workers:
+            now = time.monotonic()
+            if (wid not in st.received and len(st.received) >= self._limits.max_workers
+                    and not self._make_room(conns, now)):
                 self._refuse("workers", f"a worker past max_workers={self._limits.max_workers}")
                 return
-            now = time.monotonic()
             if not conns.speaks_for(identity, fd, wid):
                 self._refuse("identity", f"a frame for {wid!r:.100} from a connection that "
                                          "speaks for another worker")
@@ -204,6 +211,38 @@ class Receiver:
             self._read_so_far(sock, identity, frame, len(data), now)
             self._deliver(frame)
         self._release([*overflow, (wid, held)])
+
+    def _make_room(self, conns: Connections, now: float) -> bool:
+        """At max_workers, let go of workers that are gone and done (ReceiveState.gone): a
+        batch of ROOM_BATCH at most, so a run of short-lived workers costs one pass over the
+        workers a batch; looked for at most once a ROOM_EVERY_S when none was found, so a
+        flood of new ids costs no more. True if room was made."""
+        if now - self._room_at < ROOM_EVERY_S:
+            return False
+        conns.forget_ended()
+
+        def connected(wid: str) -> bool:
+            return conns.owner.get(wid) in conns.peers
+
+        st = self.state
+        batch = max(1, min(ROOM_BATCH, self._limits.max_workers // 16))
+        gone = [wid for wid in st.gone(now, connected) if wid not in self._unanchored][:batch]
+        if not gone:
+            self._room_at = now
+            return False
+        st.forget(gone)
+        for wid in gone:
+            self._live_read.pop(wid, None)
+            self._progress.pop(wid, None)
+            conns.owner.pop(wid, None)
+            if self.export is not None:
+                self.export.forget(wid)
+        if not self._let_go_said:  # once: a day of short-lived workers does it all day
+            self._let_go_said = True
+            log.info("let go of %d worker(s) gone and done, to make room past max_workers=%d "
+                     "(what they sent is in the record; counted in let_go from now on)",
+                     len(gone), self._limits.max_workers)
+        return True
 
     def _read_so_far(self, sock: zmq.Socket[bytes], identity: bytes, frame: protocol.Frame,
                      size: int, now: float) -> None:

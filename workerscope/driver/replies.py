@@ -33,6 +33,12 @@ class Replies:
         self._host = host
         self._boot = boot
 
+    def forget(self, wid: str) -> None:
+        """Let go of one worker: its clock estimate, pings and the ack it waits for."""
+        self.no_ping.discard(wid)
+        self.pending_ack.pop(wid, None)
+        self.clocks.forget(wid)
+
     def local(self, w: Worker) -> bool:
         """Whether this worker runs on this host, in this boot: then it shares our clocks."""
         return bool(w.boot_id) and w.boot_id == self._boot and w.host == self._host

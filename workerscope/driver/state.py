@@ -14,6 +14,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +82,8 @@ class ReceiveState:
         self.anchored: set[str] = set()  # workers whose clock anchor is known (or never will be)
         self.introduced: set[str] = set()  # workers whose hello was folded in (or a heartbeat's)
         self.notes = NoteBudget()  # what of each worker's notes the facts carry
+        self.let_go = 0  # workers let go of to make room for new ones (their data is recorded)
+        self.byes_let_go = 0  # of those, workers that had said bye (for wait(byes=N))
         # Stacks asked for (Subscriber.stacks): (worker, request id, reason) for the receive
         # thread to send, and the dumps that came back, by request id (taken by the asker).
         self.stacks_asked: collections.deque[tuple[str, int, str]] = collections.deque()
@@ -130,7 +133,8 @@ class ReceiveState:
             ok = jobs is None or self.jobs_ended >= jobs
             ok = ok and (started is None or self.jobs_started >= started)
             if byes is not None:
-                said_bye = sum(w.status != Status.RUNNING for w in self.builder.t.workers.values())
+                said_bye = self.byes_let_go + sum(w.status != Status.RUNNING
+                                                  for w in self.builder.t.workers.values())
                 ok = ok and said_bye >= byes
             return ok
 
@@ -173,6 +177,53 @@ class ReceiveState:
                                           f"the straggler line of {limit:.1f} s (1.5x the "
                                           "median job)"))
             self._straggler_asked = asked
+
+    # -- room for new workers (the receive thread) ---------------------------------------------
+    def gone(self, now: float, connected: Callable[[str], bool]) -> list[str]:
+        """The workers that may be let go of to make room, those to go first first: gone
+        (no connection speaks for them: never one whose connection is open, however silent)
+        and done (said bye, or silent for over stale_after), those that said bye first, then
+        the longest silent."""
+        with self.cond:
+            out = [(w.status == Status.RUNNING, self.last_seen.get(wid, 0.0), wid)
+                   for wid, w in self.builder.t.workers.items() if self.may_let_go(wid, now,
+                                                                                   connected)]
+        return [wid for _, _, wid in sorted(out)]
+
+    def may_let_go(self, wid: str, now: float, connected: Callable[[str], bool]) -> bool:
+        w = self.builder.t.workers.get(wid)
+        if w is None or connected(wid):
+            return False
+        return (w.status != Status.RUNNING
+                or now - self.last_seen.get(wid, now) > self.limits.stale_after)
+
+    def forget(self, wids: list[str]) -> None:
+        """Let go of all the driver holds of these workers in memory: what it knows of them
+        is written to the record first (facts), so timeline() and load() still have them
+        whole."""
+        with self.cond:
+            self.write_facts()
+            for wid in wids:
+                self._forget(wid)
+
+    def _forget(self, wid: str) -> None:
+        with self.cond:
+            w = self.builder.t.workers.get(wid)
+            self.let_go += 1
+            self.byes_let_go += w is not None and w.status != Status.RUNNING
+            for store in (self.lost, self.received, self.dropped, self.not_kept, self.next_seq,
+                          self.last_seen, self.last_wall, self.gone_wall):
+                store.pop(wid, None)
+            self.anchored.discard(wid)
+            self.introduced.discard(wid)
+            self.notes.forget(wid)
+            for key in [k for k in self._straggler_asked if k[0] == wid]:
+                del self._straggler_asked[key]
+            for name in Facts.MAPS:  # what was written of it: in the file now
+                getattr(self._written, name).pop(wid, None)
+            self.builder.forget(wid)
+            self.live.forget(wid)
+            self.replies.forget(wid)
 
     def states(self) -> dict[str, str]:
         """See Subscriber.states."""

@@ -101,7 +101,11 @@ class Subscriber:
     stale_after: seconds of silence after which a worker shows as "stale" and its open jobs
     as lost. The max_* bounds keep the driver's memory under `memory_ceiling`: what goes past
     them is refused and counted in `refused`; max_kept_bytes caps the record's size (None:
-    as large as the disk allows).
+    as large as the disk allows). max_workers bounds the workers held in memory at once, not
+    those of the driver's life: past it, workers gone and done (no connection, and said bye or
+    silent past stale_after) are let go of to make room, counted in `let_go`; what they sent
+    stays in the record and in timeline(), while the live views (received, lost, states(),
+    live(), /metrics) list only the workers held.
     """
 
     def __init__(self, address: str = "tcp://127.0.0.1:0",
@@ -180,6 +184,12 @@ class Subscriber:
     @property
     def max_workers(self) -> int:
         return self._limits.max_workers
+
+    @property
+    def let_go(self) -> int:
+        """Workers let go of from memory to make room past max_workers (see the class)."""
+        with self._state.cond:
+            return self._state.let_go
 
     @property
     def max_kept_bytes(self) -> int | None:

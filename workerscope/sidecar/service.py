@@ -72,7 +72,8 @@ METRICS = {
 class OpenJob:
     # Plain classes here and in rings.py and death.py, not dataclasses: making a dataclass
     # takes ~0.5 ms, and `workerscope run` pays the sidecar's imports once per command.
-    __slots__ = ("frames", "job", "keep", "name", "out", "record", "stacks_at", "start")
+    __slots__ = ("frames", "job", "keep", "lost_before", "name", "out", "record", "stacks_at",
+                 "start")
 
     def __init__(self, job: int, name: str, out: str | None, frames: list[bytes],
                  keep: bool = True) -> None:
@@ -86,6 +87,7 @@ class OpenJob:
         self.start: dict[str, Any] = {}  # its job_start body, for heartbeats
         self.stacks_at = 0  # monotonic ns: its stacks are taken then (stacks_after; 0: never)
         self.record: RecordWriter | None = None  # its frames, appended as they are sent
+        self.lost_before = 0  # the rings' running count of lost records when it started
 
 
 class Sidecar:
@@ -325,6 +327,7 @@ class Sidecar:
         job = OpenJob(int(body["job"]), str(body.get("name", "job")), body.get("out"), [self.hello],
                       keep=bool(body.get("keep", True)) or bool(body.get("out")))
         if self.rings is not None:
+            job.lost_before = self.rings.lost
             tid = body.get("tid")
             self.rings.jobs.start(job.job, int(body.get("pid", self.target)),
                                   None if tid is None else int(tid),
@@ -495,6 +498,16 @@ class Sidecar:
         if isinstance(traceback, str) and traceback:
             body["traceback"] = traceback
         self.emit(protocol.JOB_END, body, jobs=[job])
+        if self.rings is not None and (job.keep or job.record is not None):
+            # The job's own timeline counts what was lost while it ran, not the rings' running
+            # total since the sidecar started (the driver's, in the frames sent).
+            own = protocol.encode_frame(protocol.SPANS, self.worker_id, self.seq, {
+                "pid": self.target, "records": [],
+                "spans_lost_job": max(self.rings.lost - job.lost_before, 0)})
+            if job.keep:
+                job.frames.append(own)
+            if job.record is not None:
+                job.record.append(own)
         del self.jobs[job.job]
         if job.record is not None:
             job.record.close()
