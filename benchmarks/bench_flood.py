@@ -37,7 +37,11 @@ counts, not their sizes (the default run, 1.0, takes ~3 minutes on 2 CPUs):
   past max_workers   the RAW connections closed, hellos of new workers up to max_workers (a
                      connection each), then 3,000 sample frames under new short ids over one
                      connection, each refused past max_workers (before the check of whom a
-                     connection speaks for); last, as a real job's worker would be refused too
+                     connection speaks for): the fill's workers hold their slots for stale_after
+  churn              twice max_workers workers, each a hello and a bye over a connection of its
+                     own, closed after: the driver lets go of workers gone and done to make
+                     room (let_go), in bounded memory
+  real job again     a heavy job after the churn: it gets in
 
 After each phase: the driver's RSS now and its peak (VmHWM, the kernel's high-water mark of
 the whole process), both as growth over its RSS once started (the baseline, measured in the
@@ -129,7 +133,7 @@ print(json.dumps({"endpoint": sub.endpoint, "ceiling": sub.memory_ceiling,
 for line in sys.stdin:
     received = sub.received
     out = {"refused": sub.refused, "bad": sub.bad_frames, "jobs": sub.jobs_ended,
-           "frames": sum(received.values()), "workers": len(received),
+           "frames": sum(received.values()), "workers": len(received), "let_go": sub.let_go,
            "received": {w: n for w, n in received.items() if w.startswith("pong")}, **status()}
     if line.strip() == "save":
         out.update(save(), offsets={w: o for w, o in sub.clock_offsets().items()
@@ -424,10 +428,22 @@ def main() -> None:
                 s.close()
             raw.clear()
             send.each(fill, lambda k: [hello(f"fill:{k}:2")], got_in)
-            refused = counted(lambda s: int(s["refused"]["workers"]))
-            send.one(samples(lambda k: f"past:{k}:2", past), refused, past)
+            refused = counted(lambda s: int(s["refused"]["workers"] + s["refused"]["identity"]))
+            # All but the first refused: past max_workers, or, where the first made room
+            # (workers of the earlier phases, gone for stale_after), for the connection
+            # speaking for that first id only.
+            send.one(samples(lambda k: f"past:{k}:2", past), refused, past - 1)
         phase("past max_workers", f"{fill} + {past} new ids", past_max_workers,
               lambda s: True)
+
+        # A day of short-lived workers: each says hello and bye over a connection of its own,
+        # then closes it; twice max_workers of them, so the driver must let go of gone ones.
+        churn = 2 * driver.start["max_workers"]
+        got = counted(frames)
+        phase("churn", f"{churn} workers", lambda: send.each(
+            churn, lambda k: [hello(f"churn:{k}:2"), frame("bye", worker=f"churn:{k}:2", seq=1)],
+            got, per=2), lambda s: got(s) >= 2 * churn)
+        phase("real job again", "1 heavy job", real_job, lambda s: s["jobs"] >= 2)
     finally:
         for s in raw:
             s.close()
@@ -442,7 +458,8 @@ def main() -> None:
     for name, sent, seconds, s in rows:
         refused_now = ", ".join(f"{k} {v}" for k, v in s["refused"].items() if v)
         print(f"{name:<18} {sent:<21} {seconds:6.1f} {mib(s['VmRSS'] - base):>9} "
-              f"{mib(s['VmHWM'] - base):>10} {s['fds']:>5}  {refused_now}; bad {s['bad']}")
+              f"{mib(s['VmHWM'] - base):>10} {s['fds']:>5}  {refused_now}; bad {s['bad']}"
+              f"{'; let go ' + str(s['let_go']) if s.get('let_go') else ''}")
     save = (f"saved as .wsc ({saved['saved']:,} B, {saved['loaded']} workers loaded back)"
             if "saved" in saved else f"its save failed: {saved.get('save_error')}")
     print(f"\nafter the absurd pongs: clock offsets {saved.get('offsets')}, the timeline {save}; "

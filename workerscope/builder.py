@@ -526,28 +526,58 @@ class TimelineBuilder:
         self.t.processes.update({(wid, pid): name for pid, name in names.items()})
         self._add_notes(self.worker(wid), notes)
 
+    def plain_records(self, wid: str, b: dict[str, Any]) -> tuple[int, list[PlainSpan],
+                                                                   dict[str, Any] | None]:
+        """For a live exporter, a spans frame taken apart: its pid, its plain span records
+        (no attrs, error or cut: most of them) checked as add() checks them, as
+        (job, id, parent, name, start, end, tid, cpu_ns) with wall-clock times, and its body
+        with the other span records, for add() (None if there are none). Marks are left out.
+        ProtocolError if any record is malformed (then nothing of the frame is taken)."""
+        try:
+            return self._plain_records(wid, b)
+        except Exception as err:  # untrusted input: whatever broke, it is the frame's fault
+            raise ProtocolError(f"malformed spans frame from {wid}: {err!r}") from err
+
+    def _plain_records(self, wid: str, b: dict[str, Any]) -> tuple[int, list[PlainSpan],
+                                                                    dict[str, Any] | None]:
+        pid = int(b["pid"])
+        anchor = self._anchor.get(wid)
+        shift = 0 if anchor is None else anchor[0] - anchor[1]
+        lo, hi = -_INT64, _INT64 - 1
+        if anchor is not None:  # within a century of its anchor, as _wall has it
+            lo, hi = max(lo, anchor[0] - _SANE_NS), min(hi, anchor[0] + _SANE_NS)
+        plain: list[PlainSpan] = []
+        rest = []
+        for rec in b.get("records", ()):
+            r = _record(rec)
+            if r.kind == protocol.RECORD_MARK:
+                continue
+            if r.attrs is not None or r.error is not None or r.cut_short:
+                rest.append(rec)
+                continue
+            begin, end = r.start_ns, r.end_ns
+            if type(begin) is not int or type(end) is not int:
+                raise ValueError("a time must be integer nanoseconds")
+            if not (lo <= begin + shift <= hi and lo <= end + shift <= hi):
+                raise ValueError(f"time {begin} or {end} is out of the worker's range")
+            cpu = r.cpu_ns
+            plain.append((None if r.job is None else int(r.job), int(r.id),
+                          None if r.parent is None else int(r.parent), str(r.name),
+                          begin + shift, end + shift, int(r.tid),
+                          None if cpu is None else min(cpu, max(end - begin, 0))))
+        return pid, plain, ({**b, "records": rest} if rest else None)
+
     def _on_spans(self, wid: str, b: dict[str, Any]) -> None:
         pid = int(b["pid"])
         threads = {(wid, pid, int(tid)): str(name) for tid, name in b.get("threads", ())}
         spans: list[Span] = []
         marks: list[Mark] = []
         for rec in b.get("records", ()):
-            # An older sidecar's records lack the trailing cut_short and cpu_ns.
-            if not isinstance(rec, list) or not (protocol.RECORD_FIELDS - 2 <= len(rec)
-                                                 <= protocol.RECORD_FIELDS):
-                raise ValueError("a span record is an array of "
-                                 f"{protocol.RECORD_FIELDS} fields")
-            r = protocol.SpanRecord(*rec)
-            if r.attrs is not None:
-                if not isinstance(r.attrs, dict):
-                    raise ValueError("span attrs must be a map")
-                if self.keep:  # at most MAX_DEPTH levels, keys strings: what views save
-                    r = r._replace(attrs=bounded_attrs(r.attrs))
-            if not isinstance(r.cut_short, bool):
-                raise ValueError("a span record's cut_short must be true or false")
+            r = _record(rec)
+            if r.attrs is not None and self.keep:
+                # At most MAX_DEPTH levels, keys strings: what views save.
+                r = r._replace(attrs=bounded_attrs(r.attrs))
             cpu = r.cpu_ns
-            if cpu is not None and (type(cpu) is not int or not 0 <= cpu < 1 << 62):
-                raise ValueError("a span record's cpu_ns must be a count of ns or nil")
             job = None if r.job is None else int(r.job)
             if r.kind == protocol.RECORD_MARK:
                 marks.append(Mark(wid, job, str(r.name), self._wall(wid, r.start_ns), pid,
@@ -667,6 +697,28 @@ class TimelineBuilder:
                 w.status = Status.IDLE
         t.sort()
         return t
+
+
+# A plain span record, checked, for a live exporter: (job, id, parent, name, start, end, tid,
+# cpu_ns), times wall ns on the worker's clock.
+PlainSpan = tuple[int | None, int, int | None, str, int, int, int, int | None]
+
+
+def _record(rec: Any) -> protocol.SpanRecord:
+    """One record of a spans frame, its fields' kinds checked (ValueError if malformed)."""
+    # An older sidecar's records lack the trailing cut_short and cpu_ns.
+    if not isinstance(rec, list) or not (protocol.RECORD_FIELDS - 2 <= len(rec)
+                                         <= protocol.RECORD_FIELDS):
+        raise ValueError(f"a span record is an array of {protocol.RECORD_FIELDS} fields")
+    r = protocol.SpanRecord(*rec)
+    if r.attrs is not None and not isinstance(r.attrs, dict):
+        raise ValueError("span attrs must be a map")
+    if not isinstance(r.cut_short, bool):
+        raise ValueError("a span record's cut_short must be true or false")
+    cpu = r.cpu_ns
+    if cpu is not None and (type(cpu) is not int or not 0 <= cpu < 1 << 62):
+        raise ValueError("a span record's cpu_ns must be a count of ns or nil")
+    return r
 
 
 def _check_live(b: dict[str, Any]) -> None:

@@ -241,6 +241,11 @@ class Connections:
         self.owner[worker] = routing_id
         return True
 
+    def may_speak_for(self, routing_id: bytes, worker: str) -> bool:
+        """Whether this connection speaks for no worker yet, or for this one (no binding made)."""
+        peer = self.peers.get(routing_id)
+        return peer is None or peer.worker == worker
+
     def fd_of(self, worker: str) -> int:
         holder = self.owner.get(worker)
         peer = self.peers.get(holder) if holder is not None else None

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from .. import protocol
 from ..builder import TimelineBuilder
 from ..errors import ProtocolError
-from ..export.otlp import OtlpSender, Sent, ready
+from ..export.otlp import OtlpSender, Sent, SpanWire, ready
 from ..timeline import Timeline
 
 log = logging.getLogger("workerscope")
@@ -89,6 +89,7 @@ class LiveOtlp:
         self.frames_dropped = 0
         self.bad_frames = 0
         self._builder = TimelineBuilder(keep=True)
+        self._wire = SpanWire(self.sender.protos)
         self._thread = threading.Thread(target=self._run, name="workerscope-otlp", daemon=True)
         self._thread.start()
 
@@ -145,10 +146,12 @@ class LiveOtlp:
 
     def _cycle(self) -> None:
         try:
-            self._fold()
-            t = self._take()
+            offsets = {wid: off for wid, (off, _) in self._offsets().items()}
+            self._fold(offsets)
+            wire = self._wire.take()
+            t = self._take(offsets, bool(wire[1]))
             if t is not None:
-                self.sender.send(t)
+                self.sender.send(t, wire)
             for wid in self._forget:
                 self._builder.forget(wid)
             self._forget.clear()
@@ -156,7 +159,7 @@ class LiveOtlp:
             self.sender.sent.last_error = f"{type(err).__name__}: {err}"
             log.warning("workerscope: OTLP export cycle failed: %r", err)
 
-    def _fold(self) -> None:
+    def _fold(self, offsets: dict[str, int]) -> None:
         taken = 0
         while taken < DRAIN_BYTES:
             with self._lock:
@@ -170,25 +173,32 @@ class LiveOtlp:
                 self._bytes -= len(data) + FRAME_OVERHEAD
             taken += len(data)
             try:
-                self._builder.add(protocol.decode_frame(data, len(data)))
+                frame = protocol.decode_frame(data, len(data))
+                if frame.kind == protocol.SPANS:  # the bulk: plain spans straight to the wire
+                    wid = frame.worker
+                    pid, plain, rest = self._builder.plain_records(wid, frame.body)
+                    self._wire.add(wid, pid, plain, offsets.get(wid, 0))
+                    if rest is None:
+                        continue
+                    frame = frame._replace(body=rest)
+                self._builder.add(frame)
             except ProtocolError:
                 self.bad_frames += 1  # the receive thread took it whole; its body did not fold
 
-    def _take(self) -> Timeline | None:
+    def _take(self, offsets: dict[str, int], spans: bool) -> Timeline | None:
         """What the frames folded so far made, on the driver's clock, taken out of the
         builder (which keeps only its workers and open jobs)."""
         b = self._builder
         # Process and thread names say nothing in OTLP: let go of them every cycle.
         b.t.processes.clear()
         b.t.threads.clear()
-        if not (b.t.jobs or b.t.spans or b.t.samples or b.t.marks):
+        if not (spans or b.t.jobs or b.t.spans or b.t.samples or b.t.marks):
             return None
         t, _ = b.snapshot()
         b.t.jobs.clear()
         b.t.spans.clear()
         b.t.samples.clear()
         b.t.marks.clear()
-        offsets = {wid: off for wid, (off, _) in self._offsets().items()}
         return TimelineBuilder.finish((t, []), offsets)
 
     def counts(self) -> OtlpCounts:

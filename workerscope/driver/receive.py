@@ -187,8 +187,8 @@ class Receiver:
         st = self.state
         with st.cond:
             now = time.monotonic()
-            if (wid not in st.received and len(st.received) >= self._limits.max_workers
-                    and not self._make_room(conns, now)):
+            if wid not in st.received and len(st.received) >= self._limits.max_workers and (
+                    not conns.may_speak_for(identity, wid) or not self._make_room(conns, now)):
                 self._refuse("workers", f"a worker past max_workers={self._limits.max_workers}")
                 return
             if not conns.speaks_for(identity, fd, wid):
