@@ -130,10 +130,16 @@ print(json.dumps({"endpoint": sub.endpoint, "ceiling": sub.memory_ceiling,
                   "connections": sub._conns.ceiling, "max_workers": sub.max_workers,
                   "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0], **status()}),
       flush=True)
+def byes():
+    st = sub._state  # wait(byes=N)'s count: workers let go of keep theirs
+    with st.cond:
+        return st.byes_let_go + sum(w.status != "running" for w in st.builder.t.workers.values())
+
 for line in sys.stdin:
     received = sub.received
     out = {"refused": sub.refused, "bad": sub.bad_frames, "jobs": sub.jobs_ended,
            "frames": sum(received.values()), "workers": len(received), "let_go": sub.let_go,
+           "byes": byes(), "stale": sum(v == "stale" for v in sub.states().values()),
            "received": {w: n for w, n in received.items() if w.startswith("pong")}, **status()}
     if line.strip() == "save":
         out.update(save(), offsets={w: o for w, o in sub.clock_offsets().items()
@@ -438,11 +444,14 @@ def main() -> None:
 
         # A day of short-lived workers: each says hello and bye over a connection of its own,
         # then closes it; twice max_workers of them, so the driver must let go of gone ones.
+        # First the fill's workers go stale (silent for stale_after, their connections
+        # closed): until then they hold their slots.
+        driver.until(lambda s: s["stale"] >= fill)
         churn = 2 * driver.start["max_workers"]
-        got = counted(frames)
+        got = counted(lambda s: int(s["byes"]))
         phase("churn", f"{churn} workers", lambda: send.each(
             churn, lambda k: [hello(f"churn:{k}:2"), frame("bye", worker=f"churn:{k}:2", seq=1)],
-            got, per=2), lambda s: got(s) >= 2 * churn)
+            got), lambda s: got(s) >= churn)
         phase("real job again", "1 heavy job", real_job, lambda s: s["jobs"] >= 2)
     finally:
         for s in raw:

@@ -30,27 +30,3 @@ def test_a_top_level_span_sent_before_its_job_ended_links_to_the_job():
     assert early["outer"].trace_id == root.trace_id
     assert early["inner"].parent_span_id == early["outer"].span_id
     assert whole["outer"].parent_span_id == root.span_id
-
-
-def test_a_full_export_queue_still_takes_the_frames_that_anchor_and_end_jobs():
-    """Dropped, a hello would leave its worker off the clock and a job_end its job open in
-    the exporter for good: they have room of their own past the queue's bound."""
-    from factories import frame
-
-    from workerscope import protocol
-    from workerscope.driver.otlp import LiveOtlp
-
-    live = LiveOtlp("http://127.0.0.1:9", "t", dict, queue_bytes=4096, flush_s=3600)
-    try:
-        sample = frame(protocol.SAMPLE, body={"t": 0, "pad": "x" * 1000})
-        while live.frames_dropped == 0:
-            live.put(protocol.SAMPLE, sample)
-        queued = live.frames
-        for kind in (protocol.HELLO, protocol.JOB_START, protocol.JOB_END, protocol.BYE):
-            live.put(kind, frame(kind, body={"t": 0}))
-        assert live.frames == queued + 4 and live.frames_dropped == 1
-        live.put(protocol.SAMPLE, sample)
-        assert live.frames_dropped == 2
-    finally:
-        live._deadline = 0  # nothing to send: no retries at close
-        live.close()

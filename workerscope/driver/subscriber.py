@@ -273,10 +273,9 @@ class Subscriber:
         queue = conns * ((self.receive_queue + 1) * self.max_frame_bytes + PER_CONNECTION)
         frame = (DECODED_PER_BYTE + 1) * self.max_frame_bytes  # decoded, and decrypted
         export = 0
-        if self.otlp is not None:  # its queue, one cycle's frames decoded, its own workers
-            export = (otlp.QUEUE_BYTES + otlp.CONTROL_BYTES
-                      + (otlp.DRAIN_BYTES + protocol.MAX_FRAME_BYTES) * DECODED_PER_BYTE
-                      + self.max_workers * PER_WORKER)
+        if self.otlp is not None:  # its queue, and the chunk being written to the exporter
+            # (whose decoding and per-worker state are its own process's: docs/SECURITY.md)
+            export = otlp.QUEUE_BYTES + otlp.CONTROL_BYTES + otlp.DRAIN_BYTES + MAX_FRAME_BYTES
         return (queue + frame + late.HOLD_BYTES + self.max_workers * PER_WORKER + FIXED
                 + QUEUE_BYTES + export)
 
@@ -403,6 +402,8 @@ class Subscriber:
             self._stop.set()
             self._thread.join()
             self._thread = None
+            if self._otlp is not None:  # no more frames for it: its last ones go out meanwhile
+                self._otlp.begin_close()
             self._closed_wall = time.time_ns()
             if self._record is not None:
                 self._state.write_facts(self._closed_wall)  # the last word: states and clocks

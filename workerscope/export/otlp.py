@@ -303,6 +303,7 @@ _CPU_HEAD = _CPU_ATTR[:-8]  # then the double, little-endian
 _DOUBLE = struct.Struct("<d")
 _TRACE_HEAD, _SPAN_HEAD, _PARENT_HEAD = b"\x0a\x10", b"\x12\x08", b"\x22\x08"
 _START, _END = 7 << 3 | 1, 8 << 3 | 1
+_U64 = (1 << 64) - 1
 _MAX_LENGTH = 1 << 14
 _LENGTHS = [_varint(n) for n in range(_MAX_LENGTH)]  # a span's length, as a varint
 
@@ -344,9 +345,12 @@ class SpanWire:
         salt = ids.salt(worker, pid)  # one process a frame: its ids hashed once
         jobs: dict[int, tuple[bytes, bytes]] = {}
         pack, pack_parent, lengths = _IDS.pack, _IDS_PARENT.pack, _LENGTHS
+        templates = self._templates
         for job, sid, parent, name, begin, finish, tid, cpu in plain:
-            body, size = self._template(name, pid, tid)
-            span_id = _salted(salt, sid)
+            found = templates.get((name, pid, tid))
+            body, size = found if found is not None else self._template(name, pid, tid)
+            value = (salt ^ sid) & _U64
+            span_id = value.to_bytes(8, "big") if value else b"\x01" + bytes(7)
             start = max(begin - shift, 0)
             end = max(finish - shift, start)
             if job is None:
@@ -591,9 +595,14 @@ class OtlpSender:
             points.clear()
             n = 0
 
+        made: dict[tuple[tuple[str, object], ...], list[Any]] = {}  # attributes, built once
         for worker, metric, unit, kind, attrs, start, at, value in metric_points(t, self.starts):
+            key = tuple(attrs.items())
+            kvs = made.get(key)
+            if kvs is None:
+                kvs = made[key] = _attrs(common, attrs)
             dp = metrics_pb2.NumberDataPoint(
-                attributes=_attrs(common, attrs),
+                attributes=kvs,
                 start_time_unix_nano=max(start, 0) if kind == "sum" else 0,
                 time_unix_nano=max(at, 0), as_double=float(value))
             points.setdefault((worker, metric, unit, kind), []).append(dp)
