@@ -15,6 +15,9 @@ Two tables:
   sidecar to catch up) and a long run of back-to-back calls are measured. `with monitor():`
   waits for the job's timeline to come back. The sidecar's CPU time per call is read with
   psutil from the sidecar process itself.
+* The cost of the audit hook that counts the environment's changes (so an off call reads no
+  variable) on the process's other audited events, in a new interpreter before and after it
+  is added.
 """
 
 from __future__ import annotations
@@ -65,8 +68,45 @@ print(json.dumps({"import": t1 - t0, "first": t3 - t2, "close": t4 - t3, "left":
 """
 
 
+# Runs in a new interpreter: audited events (sys._getframe, open) before and after the
+# environment watch's audit hook is added, best ns per call. Prints one JSON line.
+HOOK = r"""
+import json, sys, time
+from workerscope.config import ENV
+
+def best(fn, n, r=7):
+    b = float("inf")
+    for _ in range(r):
+        t = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        b = min(b, (time.perf_counter_ns() - t) / n)
+    return b
+
+def frame():
+    sys._getframe()
+
+def devnull():
+    open("/dev/null", "rb").close()
+
+before = {"sys._getframe()": best(frame, 200_000), "open('/dev/null').close()": best(devnull, 20_000)}
+assert ENV.start(), "the audit hook was not added"
+after = {"sys._getframe()": best(frame, 200_000), "open('/dev/null').close()": best(devnull, 20_000)}
+print(json.dumps({"before": before, "after": after}))
+"""
+
+
 def noop() -> None:
     return None
+
+
+def hook_cost() -> dict[str, dict[str, float]]:
+    done = subprocess.run([sys.executable, "-c", HOOK], capture_output=True, text=True,
+                          timeout=120, env=os.environ)
+    if done.returncode != 0:
+        raise RuntimeError(f"the audit hook run failed:\n{done.stderr}")
+    out: dict[str, dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return out
 
 
 def fresh(mode: str) -> dict[str, Any]:
@@ -128,6 +168,7 @@ def main() -> int:
     left: list[psutil.Process] = []
     try:
         runs = {mode: [fresh(mode) for _ in range(FRESH_RUNS)] for mode in ("bare", "light", "heavy")}
+        hook = hook_cost()
 
         heavy = workerscope.profiled(noop, mode="heavy")
         light = workerscope.profiled(noop, mode="light")
@@ -178,6 +219,13 @@ def main() -> int:
         added = "-" if label.startswith("bare") else f"{us - bare:9.2f}"
         side_s = "-" if side_cpu != side_cpu else f"{side_cpu:.0f}"  # nan: no sidecar involved
         print(f"{label:<44} {calls:>7} {us:9.2f} {added:>9} {side_s:>20}")
+
+    print()
+    print("The environment watch's audit hook on the process's other audited events, ns per call")
+    print(f"{'event':<30} {'no hook':>9} {'hook':>9} {'added ns':>9}")
+    print("-" * 60)
+    for label, ns in hook["before"].items():
+        print(f"{label:<30} {ns:9.1f} {hook['after'][label]:9.1f} {hook['after'][label] - ns:9.1f}")
     return 1 if left else 0
 
 

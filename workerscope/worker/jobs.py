@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ca
 
 from .. import protocol, spanring
 from ..builder import build
-from ..config import Config, Options, env_names, resolve
+from ..config import ENV, Config, Options, env_names, resolve
 from ..errors import ConfigError, WorkerscopeError
 from ..protocol import Status
 from ..timeline import Timeline, check_output_path, out_path
@@ -361,7 +361,7 @@ class _Calls:
     __slots__ = ("cached", "last", "last_stats", "view")
 
     def __init__(self) -> None:
-        self.cached: tuple[tuple[str | None, ...], Config] | None = None
+        self.cached: tuple[object, Config] | None = None
         self.last: _LightJob | Timeline | None = None
         self.last_stats: dict[str, float] | None = None
         self.view: Callable[..., Any] | None = None
@@ -402,6 +402,10 @@ class _Profiled(Generic[P, R]):
         self._calls = _Calls()
 
     def _mark_kind(self) -> None:
+        ENV.start()
+        # The environment's change count at which this function was last found off (a plain
+        # function, mode off): calls at that count go straight to fn, -1 never does.
+        self._off_at = -1
         self._is_gen = inspect.isgeneratorfunction(self.fn)
         self._is_async = inspect.iscoroutinefunction(self.fn)
         if self._is_async:
@@ -412,8 +416,10 @@ class _Profiled(Generic[P, R]):
 
     def _config(self) -> Config:
         # Settings come from the options and the WORKERSCOPE_* variables of the process the
-        # call runs in; resolving them costs ~9 us, so it is redone only when those change.
-        key = tuple(os.environ.get(var) for var in _ENV_VARS)
+        # call runs in; resolving them costs ~9 us, so it is redone only when the environment
+        # changed (counted by ENV), or, where it cannot be watched, when those variables did.
+        key: object = ENV.changes if ENV.watching else tuple(
+            os.environ.get(var) for var in _ENV_VARS)
         cached = self._calls.cached
         if cached is None or cached[0] != key:
             try:
@@ -464,6 +470,8 @@ class _Profiled(Generic[P, R]):
             self._calls.last = job.timeline
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self._off_at == ENV.changes:  # off, and nothing changed since: a bare call
+            return self.fn(*args, **kwargs)
         return self._invoke(args, kwargs, None)
 
     def _invoke(self, args: Any, kwargs: Any, submitted: int | None) -> R:
@@ -471,8 +479,11 @@ class _Profiled(Generic[P, R]):
             return cast("R", self._iterate(args, kwargs, submitted))
         if self._is_async:
             return cast("R", self._await(args, kwargs, submitted))
+        changes = ENV.changes  # before the settings are read: a change meanwhile reads again
         config = self._config()
         if config.mode == "off":
+            if ENV.watching:
+                self._off_at = changes
             return self.fn(*args, **kwargs)
         job = self._job(config, submitted)
         job.start()
