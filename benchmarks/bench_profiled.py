@@ -72,7 +72,7 @@ print(json.dumps({"import": t1 - t0, "first": t3 - t2, "close": t4 - t3, "left":
 # environment watch's audit hook is added, best ns per call. Prints one JSON line.
 HOOK = r"""
 import json, sys, time
-from workerscope.config import ENV
+from workerscope.worker import envwatch
 
 def best(fn, n, r=7):
     b = float("inf")
@@ -90,7 +90,7 @@ def devnull():
     open("/dev/null", "rb").close()
 
 before = {"sys._getframe()": best(frame, 200_000), "open('/dev/null').close()": best(devnull, 20_000)}
-assert ENV.start(), "the audit hook was not added"
+assert envwatch.start(), "the audit hook was not added"
 after = {"sys._getframe()": best(frame, 200_000), "open('/dev/null').close()": best(devnull, 20_000)}
 print(json.dumps({"before": before, "after": after}))
 """
@@ -100,9 +100,11 @@ def noop() -> None:
     return None
 
 
-def hook_cost() -> dict[str, dict[str, float]]:
+def hook_cost(pure: bool) -> dict[str, dict[str, float]]:
+    """The C hook, or with pure the Python one (no C fast path, WORKERSCOPE_PURE_PYTHON=1)."""
+    env = {**os.environ, "WORKERSCOPE_PURE_PYTHON": "1" if pure else "0"}
     done = subprocess.run([sys.executable, "-c", HOOK], capture_output=True, text=True,
-                          timeout=120, env=os.environ)
+                          timeout=120, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"the audit hook run failed:\n{done.stderr}")
     out: dict[str, dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -168,7 +170,7 @@ def main() -> int:
     left: list[psutil.Process] = []
     try:
         runs = {mode: [fresh(mode) for _ in range(FRESH_RUNS)] for mode in ("bare", "light", "heavy")}
-        hook = hook_cost()
+        hooks = {"C": hook_cost(False), "Python": hook_cost(True)}
 
         heavy = workerscope.profiled(noop, mode="heavy")
         light = workerscope.profiled(noop, mode="light")
@@ -222,10 +224,12 @@ def main() -> int:
 
     print()
     print("The environment watch's audit hook on the process's other audited events, ns per call")
-    print(f"{'event':<30} {'no hook':>9} {'hook':>9} {'added ns':>9}")
-    print("-" * 60)
-    for label, ns in hook["before"].items():
-        print(f"{label:<30} {ns:9.1f} {hook['after'][label]:9.1f} {hook['after'][label] - ns:9.1f}")
+    print(f"{'hook':<7} {'event':<30} {'no hook':>9} {'hook':>9} {'added ns':>9}")
+    print("-" * 68)
+    for kind, hook in hooks.items():
+        for label, ns in hook["before"].items():
+            after = hook["after"][label]
+            print(f"{kind:<7} {label:<30} {ns:9.1f} {after:9.1f} {after - ns:9.1f}")
     return 1 if left else 0
 
 

@@ -20,7 +20,6 @@ import dataclasses
 import enum
 import os
 import re
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
@@ -286,41 +285,6 @@ def shown(setting: Setting, value: object) -> object:
     if setting.secret and isinstance(value, str):
         return public_endpoint(value)
     return value
-
-
-class EnvWatch:
-    """Counts the changes of this process's environment, so settings are read again only after
-    one: os.environ's writes and deletes call os.putenv and os.unsetenv, which raise the audit
-    events of those names (PEP 578); a hook counts them. Reading the variables instead costs
-    ~0.3 us each, ~7 us a call of a profiled function. `watching` is False where the hook could
-    not be added (another hook refused it): callers then read the variables each time."""
-
-    __slots__ = ("_asked", "changes", "watching")
-
-    def __init__(self) -> None:
-        self.changes = 0
-        self.watching = False
-        self._asked = False
-
-    def start(self) -> bool:
-        """Add the hook, once a process (it stays: audit hooks cannot be removed). A hook costs
-        every audited event of the process (open, import, sys._getframe) one Python call."""
-        if not self._asked:
-            self._asked = True
-            sys.addaudithook(self._hook)
-            sys.audit(_WATCH_PROBE)  # the hook says it was added (a refused one is not told)
-        return self.watching
-
-    def _hook(self, event: str, args: tuple[object, ...]) -> None:
-        if event in _ENV_EVENTS:
-            self.changes += 1
-        elif event == _WATCH_PROBE:
-            self.watching = True
-
-
-_ENV_EVENTS = frozenset(("os.putenv", "os.unsetenv"))
-_WATCH_PROBE = "workerscope.envwatch"
-ENV = EnvWatch()
 
 
 def resolve(environ: Mapping[str, str] | None = None, /, **given: object) -> Config:

@@ -8,8 +8,10 @@ import sys
 import textwrap
 import threading
 
+import pytest
+
 import workerscope
-from workerscope.config import ENV
+from workerscope.worker import envwatch
 
 
 def noop() -> int:
@@ -35,11 +37,11 @@ def test_changes_through_update_clear_and_another_thread_are_seen(clean_env):
     """os.environ.update, a thread's write and a pop all count as changes."""
     fn = workerscope.profiled(noop, mode="off")
     fn()
-    before = ENV.changes
+    before = envwatch.changes()
     t = threading.Thread(target=os.environ.update, args=({"WORKERSCOPE_MODE": "light"},))
     t.start()
     t.join()
-    assert ENV.changes > before
+    assert envwatch.changes() > before
     fn()
     assert fn.last_stats is not None
     os.environ.pop("WORKERSCOPE_MODE")
@@ -48,26 +50,40 @@ def test_changes_through_update_clear_and_another_thread_are_seen(clean_env):
     assert fn.last_stats is seen
 
 
-def test_a_refused_hook_leaves_the_variables_read_at_each_call():
-    """Where another audit hook refuses ours, the variables are read at each call instead."""
-    script = textwrap.dedent("""
-        import os, sys
-        def guard(event, args):
-            if event == "sys.addaudithook":
-                raise RuntimeError("no more hooks")
+# Off calls, then the mode set and unset, in a new interpreter: argv[1] "refuse" adds a hook
+# that refuses every later one first. Prints which hook counted.
+SCRIPT = textwrap.dedent("""
+    import os, sys
+    def guard(event, args):
+        if event == "sys.addaudithook":
+            raise RuntimeError("no more hooks")
+    if sys.argv[1] == "refuse":
         sys.addaudithook(guard)
-        import workerscope
-        from workerscope.config import ENV
-        fn = workerscope.profiled(lambda: 1, mode="off")
-        fn()
-        assert ENV.watching is False, "the hook was refused but said added"
-        os.environ["WORKERSCOPE_MODE"] = "light"
-        fn()
-        assert fn.last_stats is not None, "the mode set was not seen"
-        print("ok")
-    """)
+    import workerscope
+    from workerscope.worker import envwatch, recorder
+    fn = workerscope.profiled(lambda: 1, mode="off")
+    fn()
+    assert envwatch.start() is (sys.argv[1] != "refuse"), "the hook said added or not wrongly"
+    os.environ["WORKERSCOPE_MODE"] = "light"
+    fn()
+    first = fn.last_stats
+    assert first is not None, "the mode set was not seen"
+    del os.environ["WORKERSCOPE_MODE"]
+    fn()
+    assert fn.last_stats is first, "the mode unset was not seen"
+    print("C" if recorder.fast is not None else "Python")
+""")
+
+
+@pytest.mark.parametrize(("how", "pure", "hook"), [
+    ("refuse", "0", None), ("refuse", "1", None), ("add", "0", "C"), ("add", "1", "Python")])
+def test_the_watch_in_c_in_python_and_refused(how, pure, hook):
+    """The C hook, the Python one (WORKERSCOPE_PURE_PYTHON=1) and, where another audit hook
+    refuses ours, the variables read at each call: each sees the mode set and unset."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKERSCOPE_")}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+    env["WORKERSCOPE_PURE_PYTHON"] = pure
+    done = subprocess.run([sys.executable, "-c", SCRIPT, how], capture_output=True, text=True,
                           timeout=60, env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
+    if hook is not None:
+        assert done.stdout.strip() == hook

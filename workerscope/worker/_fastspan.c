@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -696,6 +697,46 @@ fs_depth(PyObject *mod, PyObject *unused)
     return PyLong_FromLongLong(tl_depth);
 }
 
+/* The environment watch (worker/envwatch.py): os.environ's writes and deletes call os.putenv
+ * and os.unsetenv, which raise audit events of those names (PEP 578); this hook counts them, so
+ * a profiled function reads its settings again only after one. A C hook, since every audited
+ * event of the process (open, import, sys._getframe) goes through it: two compares, against a
+ * Python hook's call of ~160 ns. The audit runs with the GIL held. */
+static unsigned long long g_env_changes;
+static int g_env_watching;
+static int g_env_asked;
+static const char ENV_PROBE[] = "workerscope.envwatch";
+
+static int
+env_hook(const char *event, PyObject *args, void *data)
+{
+    if (event[0] == 'o') {
+        if (strcmp(event, "os.putenv") == 0 || strcmp(event, "os.unsetenv") == 0)
+            g_env_changes++;
+    }
+    else if (event[0] == 'w' && strcmp(event, ENV_PROBE) == 0)
+        g_env_watching = 1;
+    return 0;
+}
+
+static PyObject *
+fs_watch_env(PyObject *mod, PyObject *unused)
+{
+    if (!g_env_asked) {
+        g_env_asked = 1;
+        /* An existing hook may refuse it silently: the probe event says whether it was added. */
+        if (PySys_AddAuditHook(env_hook, NULL) < 0 || PySys_Audit(ENV_PROBE, NULL) < 0)
+            return NULL;
+    }
+    return PyBool_FromLong(g_env_watching);
+}
+
+static PyObject *
+fs_env_changes(PyObject *mod, PyObject *unused)
+{
+    return PyLong_FromUnsignedLongLong(g_env_changes);
+}
+
 static PyMethodDef fs_methods[] = {
     {"span", (PyCFunction)(void (*)(void))fs_span, METH_FASTCALL | METH_KEYWORDS,
      "span(name, **attrs): a context manager recording its block as a span named `name`."},
@@ -712,6 +753,9 @@ static PyMethodDef fs_methods[] = {
      "begin(nid, flags) -> token of an async span's or a mark's record (0: none)."},
     {"finish", (PyCFunction)(void (*)(void))fs_finish, METH_FASTCALL, "finish(token, error)."},
     {"depth", fs_depth, METH_NOARGS, "The depth of sync spans open on this thread."},
+    {"watch_env", fs_watch_env, METH_NOARGS,
+     "watch_env() -> whether the environment's changes are counted (adds the hook once)."},
+    {"env_changes", fs_env_changes, METH_NOARGS, "The environment's changes counted so far."},
     {NULL, NULL, 0, NULL},
 };
 

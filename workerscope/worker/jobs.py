@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, ca
 
 from .. import protocol, spanring
 from ..builder import build
-from ..config import ENV, Config, Options, env_names, resolve
+from ..config import Config, Options, env_names, resolve
 from ..errors import ConfigError, WorkerscopeError
 from ..protocol import Status
 from ..timeline import Timeline, check_output_path, out_path
-from . import light
+from . import envwatch, light
 from . import recorder as spans
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .link import SidecarLink
 
 _ENV_VARS = tuple(env_names().values())
+_env_changes = envwatch.changes
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -402,7 +403,7 @@ class _Profiled(Generic[P, R]):
         self._calls = _Calls()
 
     def _mark_kind(self) -> None:
-        ENV.start()
+        envwatch.start()
         # The environment's change count at which this function was last found off (a plain
         # function, mode off): calls at that count go straight to fn, -1 never does.
         self._off_at = -1
@@ -417,8 +418,8 @@ class _Profiled(Generic[P, R]):
     def _config(self) -> Config:
         # Settings come from the options and the WORKERSCOPE_* variables of the process the
         # call runs in; resolving them costs ~9 us, so it is redone only when the environment
-        # changed (counted by ENV), or, where it cannot be watched, when those variables did.
-        key: object = ENV.changes if ENV.watching else tuple(
+        # changed (counted by envwatch), or, where it cannot be watched, when those variables did.
+        key: object = envwatch.changes() if envwatch.start() else tuple(
             os.environ.get(var) for var in _ENV_VARS)
         cached = self._calls.cached
         if cached is None or cached[0] != key:
@@ -470,7 +471,7 @@ class _Profiled(Generic[P, R]):
             self._calls.last = job.timeline
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        if self._off_at == ENV.changes:  # off, and nothing changed since: a bare call
+        if self._off_at == _env_changes():  # off, and nothing changed since: a bare call
             return self.fn(*args, **kwargs)
         return self._invoke(args, kwargs, None)
 
@@ -479,10 +480,10 @@ class _Profiled(Generic[P, R]):
             return cast("R", self._iterate(args, kwargs, submitted))
         if self._is_async:
             return cast("R", self._await(args, kwargs, submitted))
-        changes = ENV.changes  # before the settings are read: a change meanwhile reads again
+        changes = _env_changes()  # before the settings are read: a change meanwhile reads again
         config = self._config()
         if config.mode == "off":
-            if ENV.watching:
+            if envwatch.start():
                 self._off_at = changes
             return self.fn(*args, **kwargs)
         job = self._job(config, submitted)
