@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import os
 import resource
 import subprocess
 import sys
@@ -212,11 +213,16 @@ def test_a_collector_down_for_the_whole_run_bounds_the_driver(monkeypatch):
     before = _rss()
     with Subscriber(otlp="http://127.0.0.1:9") as sub:
         ceiling = sub.memory_ceiling
-        procs = [subprocess.Popen([sys.executable, "-c", SPANNER, sub.endpoint])
+        # A driver starved of CPU (four flooding workers on two loaded cores) may read no
+        # frame of a worker for longer than a sidecar waits on its progress: once, two of the
+        # four sidecars gave up and their jobs' ends were lost. The bound is what is tested
+        # here, not the bye: the sidecars wait for the driver.
+        env = {**os.environ, "WORKERSCOPE_BYE_TIMEOUT": "120"}
+        procs = [subprocess.Popen([sys.executable, "-c", SPANNER, sub.endpoint], env=env)
                  for _ in range(4)]
         for p in procs:
-            assert p.wait(timeout=60) == 0
-        assert sub.wait(jobs=4, byes=4, timeout=40), (sub.received, sub.lost, sub.dropped,
+            assert p.wait(timeout=300) == 0
+        assert sub.wait(jobs=4, byes=4, timeout=60), (sub.received, sub.lost, sub.dropped,
                                                       sub.states(), sub.refused)
         grown = _rss() - before
         closing = time.monotonic()
@@ -224,7 +230,9 @@ def test_a_collector_down_for_the_whole_run_bounds_the_driver(monkeypatch):
     counts = sub.otlp_counts
     assert counts is not None and counts.frames > 0
     assert counts.frames_dropped > 0, counts  # 600,000 spans do not fit in 256 KiB
-    assert counts.peak_bytes <= counts.queue_bytes == 256 * 1024
+    # Past its bound, only hellos, job edges and byes are queued, in the room kept for them.
+    assert counts.queue_bytes == 256 * 1024
+    assert counts.peak_bytes <= counts.queue_bytes + live.CONTROL_BYTES, counts
     assert counts.spans == counts.points == 0 and counts.failed >= 1
     assert "127.0.0.1:9" in (counts.last_error or "")
     assert grown < ceiling, (grown, ceiling)
