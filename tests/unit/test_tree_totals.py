@@ -58,3 +58,32 @@ def test_a_tier_value_one_member_lacks_has_no_total():
 def test_no_members():
     """With no reading there is no total (the carried CPU is the tree's to add)."""
     assert tree_sums([]) == {}
+
+
+
+def test_held_cpu_is_not_a_rate_above_the_trees_cpus():
+    """Children that exit together leave the sum before their parent has reaped them: the total
+    is held, then grows by all they used at once. That shows in the intervals that follow at
+    most as all the CPUs the tree may use: four children on two CPUs once read 267 % (CI).
+    The rates still add up to the total."""
+    import os
+
+    from workerscope.sidecar.tree import ProcessTree
+
+    c = len(os.sched_getaffinity(0))  # the tree's root is this process
+    tree = ProcessTree(os.getpid())
+    try:
+        ms = 1_000_000
+        # 100 ms ticks; 0.3 s a CPU lands at the third (held since the first), then 0.1 more.
+        totals = [10.0, 10.0, 10.0, 10.0 + 0.3 * c, 10.0 + 0.4 * c, 10.0 + 0.4 * c,
+                  10.0 + 0.4 * c]
+        rates = [tree._tree_values([reading(user=total, system=0.0)], None,
+                                   k * 100 * ms).get("cpu_percent")
+                 for k, total in enumerate(totals)]
+        assert rates[0] is None  # no interval yet
+        shown = [r for r in rates[1:] if r is not None]
+        assert len(shown) == len(totals) - 1
+        assert max(shown) <= 100.0 * c + 1e-9, shown
+        assert abs(sum(r * 0.1 / 100 for r in shown) - 0.4 * c) < 1e-9, shown
+    finally:
+        tree.close()

@@ -116,6 +116,14 @@ DELAYACCT = _delayacct_on()
 _NO_USS: tuple[float | None, float | None] = (None, None)
 
 
+def _cpus_of(pid: int) -> int:
+    """The CPUs a process may run on (its affinity), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(pid))
+    except OSError:
+        return os.cpu_count() or 1
+
+
 def tree_sums(readings: list[Reading] | list[Tier],
               names: tuple[str, ...] = READING_FIELDS) -> dict[str, float]:
     """Each value of the readings summed under its name; absent where a member lacks it
@@ -310,8 +318,10 @@ class ProcessTree:
         self.carried_user = 0.0
         self.carried_system = 0.0
         self.carried: dict[str, float] = {}
-        self.last_cpu_total = 0.0
+        self.last_cpu_total = 0.0  # the tree's CPU total as last given: it never falls
+        self.cpu_shown = 0.0  # the CPU the tree's rates have shown so far
         self.last_t: int | None = None
+        self.cpus = _cpus_of(root)  # a rate of more than these is CPU held, landing late
         self.peak_rss = 0
         self.last_counters: dict[str, float] = {}
         self.unreadable: set[int] = set()
@@ -1008,12 +1018,17 @@ class ProcessTree:
             tree["cpu_user_s"] = user
             tree["cpu_system_s"] = total - user
             tree["num_procs"] = n
+            self.last_cpu_total = total
             if self.last_t is None:
-                self.last_cpu_total, self.last_t = total, now_ns
+                self.cpu_shown, self.last_t = total, now_ns
             elif now_ns - self.last_t >= self.min_rate_ns:
+                # CPU held while exited children awaited their reaping lands at once: shown
+                # at most as all the tree's CPUs, the rest in the intervals that follow, so
+                # the rates still add up to the total.
                 seconds = (now_ns - self.last_t) / 1e9
-                tree["cpu_percent"] = (total - self.last_cpu_total) / seconds * 100.0
-                self.last_cpu_total, self.last_t = total, now_ns
+                shown = min(total - self.cpu_shown, self.cpus * seconds)
+                tree["cpu_percent"] = shown / seconds * 100.0
+                self.cpu_shown, self.last_t = self.cpu_shown + shown, now_ns
         if n:
             # An upper bound: the sum of each member's own peak, and members peak at different
             # times. It never misses a peak that fell between two samples.
