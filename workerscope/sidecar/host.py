@@ -100,8 +100,9 @@ class HostSampler:
                     else f"/proc/pressure/{resource}")
             try:
                 self._fds[f"psi {resource}"] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                pass  # a kernel without PSI (or psi=0): no pressure, said in docs/METRICS.md
+            except OSError as err:
+                # A kernel without PSI (or psi=0): no pressure metrics (docs/METRICS.md).
+                log.debug("no %s pressure: %s: %s", resource, path, err.strerror or err)
 
     def _follow_cgroups(self) -> None:
         """Find the worker's cgroups again where its /proc/PID/cgroup changed: not for a worker
