@@ -507,7 +507,7 @@ class TimelineBuilder:
         if b.get("host"):
             new.append(Sample(wid, t, "host", None, _numbers(b["host"])))
         for index, values in b.get("gpus", ()):
-            new.append(Sample(wid, t, f"gpu{int(index)}", None, _numbers(values)))
+            new.append(Sample(wid, t, protocol.gpu_scope(index), None, _numbers(values)))
         for row in b.get("threads", ()):
             pid, tid, values = int(row[0]), int(row[1]), _numbers(row[2])
             new.append(Sample(wid, t, "thread", pid, values, tid))
@@ -739,7 +739,7 @@ def _check_live(b: dict[str, Any]) -> None:
     if b.get("tree"):
         _check_numbers(b["tree"])
     for index, values in b.get("gpus", ()):
-        _opt(index, int)
+        protocol.gpu_scope(index)
         _check_numbers(values)
 
 

@@ -178,6 +178,11 @@ class Config:
         "trace allocations (tracemalloc) and mark the top N sites at each job's end and when "
         "the memory cgroup's working set passes stacks_memory of its limit (0: off; while on, "
         "every allocation of the process costs more)")
+    gpus: str = _setting(
+        "used", Scope.LINK, _choice("used", "all"),
+        "the GPUs a heavy job's samples report: used (those CUDA_VISIBLE_DEVICES or "
+        "NVIDIA_VISIBLE_DEVICES names and those a process of the tree holds a context on) or "
+        "all (every GPU of the machine)")
 
     def __repr__(self) -> str:
         """The settings, the endpoint's secret key left out."""
@@ -204,6 +209,7 @@ class Options(TypedDict, total=False):
     stacks_after: float | None
     stacks_every: float | None
     allocations: int | None
+    gpus: str | None
 
 
 @dataclasses.dataclass(frozen=True)

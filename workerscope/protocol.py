@@ -14,6 +14,7 @@ allocates past the size cap: msgpack bounds every container by the length of the
 from __future__ import annotations
 
 import enum
+import re
 import struct
 import time
 from collections.abc import Iterator, Mapping
@@ -71,6 +72,7 @@ PONG = FrameKind.PONG
 STACKS = FrameKind.STACKS
 STACKS_MARK = "stacks"  # the name of the mark a dump of stacks is
 ALLOCATIONS_MARK = "allocations"  # the top allocation sites (the allocations setting)
+GPU_XID_MARK = "gpu_xid"  # an Xid error NVML reported on a GPU the job uses
 FRAME_KINDS = frozenset(FrameKind)
 # A decoded kind is looked up here: the enum member, at the cost of a dict lookup (~30 ns)
 _KINDS: dict[str, FrameKind] = {k.value: k for k in FrameKind}
@@ -249,6 +251,26 @@ class Section(enum.Enum):
     KEYED = "keyed"  # rows [key, Metrics]
     THREADS = "threads"  # rows [pid, tid, Metrics(, start)]
     LIST = "list"  # items, concatenated
+
+
+# A GPU's key in a sample's gpus section is its index (scope gpu0); a MIG instance's is
+# "INDEX/migGI" (scope gpu0/mig1: GPU 0's GPU instance 1).
+_MIG_KEY = re.compile(r"\d{1,4}/mig\d{1,4}")
+_GPU_SCOPE = re.compile(r"gpu\d{1,4}(/mig\d{1,4})?")
+
+
+def gpu_scope(key: Any) -> str:
+    """The scope of a gpus row's key (ValueError for anything else)."""
+    if isinstance(key, int) and not isinstance(key, bool) and 0 <= key < 10_000:
+        return f"gpu{key}"
+    if isinstance(key, str) and _MIG_KEY.fullmatch(key):
+        return f"gpu{key}"
+    raise ValueError(f"a GPU's key is its index or INDEX/migGI, got {key!r:.40}")
+
+
+def is_gpu_scope(scope: str) -> bool:
+    """Whether a sample's scope is a GPU's or a MIG instance's (gpu0, gpu0/mig1)."""
+    return _GPU_SCOPE.fullmatch(scope) is not None
 
 
 # Every section of a sample body but its time and count (a test checks this against

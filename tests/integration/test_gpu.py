@@ -30,6 +30,8 @@ def fake_nvml(tmp_path, clean_env):
     config = tmp_path / "nvml.cfg"
     clean_env.setenv("LD_LIBRARY_PATH", f"{lib}:{os.environ.get('LD_LIBRARY_PATH', '')}")
     clean_env.setenv("FAKE_NVML_CONFIG", str(config))
+    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+        clean_env.delenv(name, raising=False)
 
     def configure(text: str) -> None:
         tmp = config.with_suffix(".tmp")
@@ -74,7 +76,7 @@ def test_tree_processes_attributed_others_not(fake_nvml, samples):
 def test_not_supported_is_absent_and_noted(fake_nvml, samples):
     """Metrics a device does not support are absent (not 0) and noted once."""
     fake_nvml(f"device 10 {MB} {2 * MB} 1 2 3 PTU\n")
-    with monitor(interval=0.05, endpoint=samples.endpoint) as m:
+    with monitor(interval=0.05, endpoint=samples.endpoint, gpus="all") as m:
         samples.wait(3)
     gpu0 = [s.values for s in m.timeline.samples if s.scope == "gpu0"]
     assert len(gpu0) >= 3
@@ -84,10 +86,11 @@ def test_not_supported_is_absent_and_noted(fake_nvml, samples):
     assert any("temp_c not supported" in n for n in w.notes)
 
 
-def test_lost_gpu_is_noted_and_sampling_goes_on(fake_nvml, samples):
+def test_lost_gpu_is_noted_and_sampling_goes_on(fake_nvml, samples, clean_env):
     """A GPU that falls off the bus mid-job is noted; the other GPU and the tree go on."""
     healthy = f"device 20 {MB} {8 * MB} 100000 50 1000 -\n"
     fake_nvml(healthy + healthy)
+    clean_env.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # named, so shown without a context
     with monitor(interval=0.05, endpoint=samples.endpoint) as m:
         samples.wait(3)
         fake_nvml(healthy + healthy.replace(" -\n", " L\n"))
@@ -104,7 +107,7 @@ def test_lost_gpu_is_noted_and_sampling_goes_on(fake_nvml, samples):
 def test_unmatched_pids_fall_back_to_device_values(fake_nvml, samples):
     """GPU processes whose pids do not exist here (another pid namespace) are noted as such."""
     fake_nvml(f"device 70 {MB} {8 * MB} 100000 50 1000 -\nproc 0 4194000 {MB} c 70\n")
-    with monitor(interval=0.1, endpoint=samples.endpoint) as m:
+    with monitor(interval=0.1, endpoint=samples.endpoint, gpus="all") as m:
         samples.wait(2)
     (w,) = m.timeline.workers.values()
     assert any("cannot be matched" in n for n in w.notes)

@@ -34,7 +34,7 @@ OTHER = {
     "mode": "heavy", "interval": 0.25, "endpoint": f"tcp://127.0.0.1:5999?curve={KEY},{KEY}",
     "out": "x-{pid}.wsc", "node": "n1", "bye_timeout": 0.5, "ring_records": 1024,
     "samples_per_frame": 3, "send_queue": 77, "span_cpu": True, "reset_peak": False,
-    "stacks_memory": 0.5, "stacks_after": 12.5, "stacks_every": 2.0, "allocations": 5,
+    "stacks_memory": 0.5, "stacks_after": 12.5, "stacks_every": 2.0, "allocations": 5, "gpus": "all",
 }
 
 

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from ..protocol import CUMULATIVE  # a trace shows their rate, not their total
+from ..protocol import CUMULATIVE, is_gpu_scope  # a trace shows cumulative ones as rates
 from ..timeline import Sample, Timeline
 
 # Within a process: the tree's counters (on the root), then its own, its threads', the sidecar's.
@@ -41,8 +41,9 @@ def counter_name(scope: str, metric: str, tid: int | None = None) -> str:
 
 
 def is_device(scope: str) -> bool:
-    """A machine's scope (host, gpu<i>): the same values for every worker of that host."""
-    return scope == "host" or (scope.startswith("gpu") and scope[3:].isdigit())
+    """A machine's scope (host, gpu<i>, gpu<i>/mig<g>): the same values for every worker of
+    that host."""
+    return scope == "host" or is_gpu_scope(scope)
 
 
 def counter_groups(t: Timeline) -> tuple[list[CounterGroup], list[CounterGroup]]:

@@ -67,7 +67,8 @@ def headline(word: str) -> str:
 # (key, label) of the byte figures, in the order they are told.
 _BYTES = (("cgroup_limit_bytes", "cgroup limit"), ("cgroup_peak_bytes", "cgroup peak"),
           ("last_rss_bytes", "last RSS"), ("peak_rss_bytes", "peak RSS"),
-          ("last_tree_rss_bytes", "tree RSS"), ("cgroup_usage_bytes", "cgroup usage after"))
+          ("last_tree_rss_bytes", "tree RSS"), ("cgroup_usage_bytes", "cgroup usage after"),
+          ("gpu_peak_mem_bytes", "GPU memory peak"))
 
 
 def figures(death: dict[str, Any] | None) -> list[str]:
@@ -86,10 +87,28 @@ def figures(death: dict[str, Any] | None) -> list[str]:
             out.append(f"{label} {fmt_bytes(death[key])}")
     if death.get("oom_kills"):
         out.append(f"OOM kills in its cgroup: {death['oom_kills']}")
+    out += _gpu_figures(death)
     for key, label in (("kernel_log", "kernel log"), ("kernel_log_error", "kernel log unread"),
-                       ("note", "note")):
+                       ("gpu_accounting", "GPU"), ("note", "note")):
         if death.get(key):
             out.append(f"{label}: {death[key]}")
+    return out
+
+
+def _gpu_figures(death: dict[str, Any]) -> list[str]:
+    """NVML's accounting of the dead process on each GPU, and the Xid errors of the job."""
+    out: list[str] = []
+    lifetime = death.get("gpu_lifetime")
+    for one in lifetime if isinstance(lifetime, list) else ():
+        if isinstance(one, dict) and isinstance(one.get("device"), str):
+            parts = [f"{k} {one[k]}%" for k in ("util_percent",) if isinstance(one.get(k), int)]
+            if isinstance(one.get("peak_mem_bytes"), int):
+                parts.insert(0, f"peak {fmt_bytes(one['peak_mem_bytes'])}")
+            out.append(f"{one['device'][:20]} over its life: {', '.join(parts) or 'ran there'}")
+    xids = death.get("gpu_xids")
+    for x in xids if isinstance(xids, list) else ():
+        if isinstance(x, dict) and isinstance(x.get("xid"), int):
+            out.append(f"GPU Xid {x['xid']} on {str(x.get('device', '?'))[:20]}")
     return out
 
 

@@ -146,7 +146,7 @@ def metrics(t: Timeline, node_id: str | None = None) -> list[tuple[str, float, i
             first = first_host.setdefault(s.worker, raw)
             values = _mlflow_host(raw, first, last.get(key), s.t_ns)
         elif s.scope.startswith("gpu"):
-            values = _mlflow_gpu(s.scope[3:], raw)
+            values = _mlflow_gpu(s.scope[3:].replace("/", "_"), raw)
         elif s.scope == "tree":
             values = _tree(raw, last.get(key), s.t_ns)
         else:

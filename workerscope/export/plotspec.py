@@ -8,6 +8,7 @@ import math
 from itertools import pairwise
 from typing import NamedTuple
 
+from ..protocol import is_gpu_scope
 from ..timeline import Timeline
 from .breakdown import TOP, process_lines
 
@@ -79,7 +80,7 @@ def _values(rows: list[tuple[int, dict[str, float]]], spec: PlotSpec) -> Points:
 
 
 def _is_scope(scope: str, wanted: str) -> bool:
-    return scope == wanted or (wanted == "gpu" and scope.startswith("gpu") and scope[3:].isdigit())
+    return scope == wanted or (wanted == "gpu" and is_gpu_scope(scope))
 
 
 def plot_series(t: Timeline, spec: PlotSpec, order: list[str]) -> list[Series]:

@@ -34,6 +34,7 @@ REAPED = "its parent reaped it before the sidecar could read its exit status"
 STILL_RUNNING = f"the worker was still running {ZOMBIE_WAIT_S * 1000:.0f} ms later"
 _MIB = 1024 * 1024
 _FILES = cgroup.FILES
+MAX_XIDS = 16  # the last GPU Xid errors a death record keeps
 LIMIT_REREAD_S = 5.0  # a memory cgroup's limit is read again after this long (memory())
 
 
@@ -147,6 +148,7 @@ class DeathWatch:
         self.oom_before: dict[str, int] = {}
         self.rss: dict[str, float] = {}
         self._limits: dict[str, tuple[int | None, float]] = {}  # cgroup -> (limit, read at)
+        self.xids: list[dict[str, Any]] = []  # GPU Xid errors during the open jobs (gpu.py)
 
     # -- while the worker lives ------------------------------------------------------------
     def job_started(self) -> None:
@@ -154,6 +156,7 @@ class DeathWatch:
         self.cgroups.clear()
         self.oom_before.clear()
         self.rss.clear()
+        self.xids.clear()
         self.kmsg.skip_to_end()
         self._follow_cgroup()
 
@@ -247,6 +250,8 @@ class DeathWatch:
                 exit_status = figures["exit_status"] = os.WEXITSTATUS(code)
         self._cgroup_figures(figures)
         figures.update({k: int(v) for k, v in self.rss.items()})
+        if self.xids:
+            figures["gpu_xids"] = self.xids[-MAX_XIDS:]
         log_line = None
         if self.kmsg.fd is not None:
             log_line = find_oom_record(self.kmsg.messages(), self.pid)

@@ -29,7 +29,7 @@ from . import stacks
 from .aggregate import Aggregator
 from .deadlines import Cadences, Deadlines, cadences
 from .death import DeathWatch
-from .gpu import GpuSampler
+from .gpu import GPM_METRICS, GpuSampler
 from .host import HostSampler
 from .rings import EVERY_JOB, Rings, count_dead
 from .selfcost import SelfCost
@@ -56,9 +56,10 @@ STACKS_QUEUED = 8
 METRICS = {
     "proc": _PROC,
     "tree": [*_PROC, "num_procs", "unreadable_procs", "net_sent_bytes", "net_recv_bytes",
-             "net_sent_packets", "net_recv_packets"],
+             "net_sent_packets", "net_recv_packets", "gpu_devices"],
     "gpu<i>": ["util_percent", "mem_util_percent", "mem_used_bytes", "mem_total_bytes", "power_w",
-               "temp_c", "sm_clock_mhz"],
+               "temp_c", "sm_clock_mhz", *(name for name, _ in GPM_METRICS)],
+    "gpu<i>/mig<g>": ["mem_used_bytes", "mem_total_bytes", *(name for name, _ in GPM_METRICS)],
     "host": ["cpu_percent", "cpu_percent_core<k>", "cpu_iowait_percent", "cpu_steal_percent",
              "mem_used_bytes", "mem_available_bytes", "mem_total_bytes", "swap_used_bytes",
              "cgroup_mem_limit_bytes", "cgroup_mem_used_bytes", "net_sent_bytes",
@@ -180,7 +181,8 @@ class Sidecar:
         if threads:
             body["threads"] = threads
         if self.gpu is None:
-            self.gpu = GpuSampler()  # here, not at start-up: NVML's init can take a while
+            # Here, not at start-up: NVML's init can take a while.
+            self.gpu = GpuSampler(every_device=self.config.gpus == "all")
             now = time.monotonic_ns()  # and not counted in what a sample costs
             cpu = time.thread_time_ns()
         self.read_gpus(self.gpu, body, now)
@@ -219,6 +221,10 @@ class Sidecar:
         if gpu.sees_processes or per_pid:
             for key in ("gpu_mem_bytes", "gpu_util_percent"):
                 tree[key] = sum(v.get(key, 0) for v in per_pid.values())
+            tree["gpu_devices"] = gpu.gpus_in_use(set(self.tree.members))
+        for xid in gpu.take_xids():
+            self.watch.xids.append(xid)
+            self.emit_mark(protocol.GPU_XID_MARK, xid)
 
     def take_notes(self, gpu: GpuSampler) -> list[str]:
         """What the tree, the GPUs and the host have to say since the last sample, once each."""
@@ -556,6 +562,8 @@ class Sidecar:
         if self.jobs:
             # First thing: the worker's exit status lasts only until its parent reaps it.
             death = self.watch.after_eof()
+            if self.gpu is not None:  # NVML's accounting outlives the process
+                death.figures.update(self.gpu.lifetime(self.watch.pid))
             self.poll_stacks(force=True)  # a dump under way: what the tree wrote before it ended
             self.crash_stacks()  # before the last drain, which removes the ring directory
             self.drain_rings(final=True, now=gone)
@@ -807,11 +815,16 @@ class Sidecar:
         """A dump of stacks as a mark named "stacks", for every open job (or the worker's
         when none is), cut to fit a frame."""
         stacks.fit(attrs)
+        self.emit_mark(protocol.STACKS_MARK, attrs)
+
+    def emit_mark(self, name: str, attrs: dict[str, Any]) -> None:
+        """A mark of the sidecar's (stacks, an Xid error), for every open job (or the
+        worker's when none is)."""
         now = time.monotonic_ns()
         open_jobs: list[OpenJob | None] = [*self.jobs.values()] or [None]
         for job in open_jobs:
             record = protocol.SpanRecord(protocol.RECORD_MARK, None if job is None else job.job,
-                                         0, None, protocol.STACKS_MARK, now, now, self.target,
+                                         0, None, name, now, now, self.target,
                                          attrs, None)
             for kind, body, _ in protocol.span_bodies(self.target, [record], []):
                 self.emit(kind, body, jobs=[] if job is None else [job])
