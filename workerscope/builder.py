@@ -79,13 +79,51 @@ def _numbers(values: Any) -> dict[str, float]:
 
 # The figures a sidecar sends with a job its worker died in (sidecar/death.py), by type.
 # Other keys (a newer sidecar's) are dropped; a known key of the wrong type fails the frame.
-_DEATH_TEXT = frozenset({"cause", "cgroup", "kernel_log", "kernel_log_error", "note"})
+_DEATH_TEXT = frozenset({"cause", "cgroup", "kernel_log", "kernel_log_error", "note",
+                        "gpu_accounting"})
 _DEATH_INTS = frozenset({"pid", "wait_status", "signal", "exit_status", "oom_kills",
                          "cgroup_limit_bytes", "cgroup_usage_bytes", "cgroup_peak_bytes",
-                         "last_rss_bytes", "peak_rss_bytes", "last_tree_rss_bytes"})
+                         "last_rss_bytes", "peak_rss_bytes", "last_tree_rss_bytes",
+                         "gpu_peak_mem_bytes"})
+# Lists of maps (sidecar/gpu.py): NVML's accounting of the dead process on each GPU, and the
+# Xid errors of the job; each map's known fields, by type (int, float, or a GPU's scope).
+_DEATH_LISTS: dict[str, dict[str, str]] = {
+    "gpu_lifetime": {"device": "gpu", "util_percent": "int", "mem_util_percent": "int",
+                     "peak_mem_bytes": "int", "time_s": "float"},
+    "gpu_xids": {"device": "gpu", "xid": "int"},
+}
+MAX_DEATH_LIST = 16
 _DEATH_FLAGS = frozenset({"core_dumped"})
 MAX_DEATH_TEXT = 1000
 MAX_TRACEBACK = 4096  # characters of a job's traceback kept (the worker sends at most 2 KiB)
+
+
+def _death_list(key: str, value: Any) -> list[dict[str, Any]]:
+    """One of a death's lists of maps, each field checked (unknown ones dropped)."""
+    if not isinstance(value, list) or len(value) > MAX_DEATH_LIST:
+        raise ValueError(f"death {key} must be a list of at most {MAX_DEATH_LIST} maps")
+    fields = _DEATH_LISTS[key]
+    out = []
+    for item in value:
+        if not isinstance(item, dict):
+            raise ValueError(f"death {key} must hold maps")
+        one: dict[str, Any] = {}
+        for name, kind in fields.items():
+            if name not in item:
+                continue
+            v = item[name]
+            if kind == "gpu":
+                if not isinstance(v, str) or not protocol.is_gpu_scope(v):
+                    raise ValueError(f"death {key} {name} must be a GPU's scope")
+            elif kind == "int":
+                if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                    raise ValueError(f"death {key} {name} must be a non-negative integer")
+            elif (not isinstance(v, (int, float)) or isinstance(v, bool)
+                  or not math.isfinite(v) or v < 0):
+                raise ValueError(f"death {key} {name} must be a non-negative number")
+            one[name] = v
+        out.append(one)
+    return out
 
 
 def _death(value: Any) -> dict[str, Any] | None:
@@ -105,6 +143,9 @@ def _death(value: Any) -> dict[str, Any] | None:
         elif key in _DEATH_FLAGS:
             if not isinstance(v, bool):
                 raise ValueError(f"death {key} must be true or false")
+        elif key in _DEATH_LISTS:
+            out[key] = _death_list(key, v)
+            continue
         else:
             continue
         out[key] = v

@@ -70,6 +70,41 @@ class _Series:
         return self.values[i - 1] if i else None
 
 
+@dataclass
+class _GpuSeries:
+    """The tree's GPU use at each sample: the SM share of its processes summed (100 a GPU
+    busy) and how many GPUs they held contexts on, each over the interval the sample ends."""
+
+    times: list[int]
+    util: list[float]
+    gpus: list[float]
+
+    def busy(self, t0: int, t1: int) -> tuple[float, float] | None:
+        """(busy %, idle GPU-seconds) of the tree's GPUs over [t0, t1]: each sample's share
+        weighted by how much of its interval the span covers. None where no GPU was in use."""
+        times = self.times
+        k = max(bisect.bisect_right(times, t0), 1)
+        capacity = busy = 0.0
+        while k < len(times) and times[k - 1] < t1:
+            overlap = (min(times[k], t1) - max(times[k - 1], t0)) / 1e9
+            n = self.gpus[k]
+            if overlap > 0 and n > 0:
+                capacity += overlap * n
+                busy += overlap * n * min(self.util[k] / (100.0 * n), 1.0)
+            k += 1
+        return None if capacity <= 0 else (100.0 * busy / capacity, capacity - busy)
+
+
+def _gpu_series(rows: list[tuple[int, dict[str, float]]]) -> _GpuSeries:
+    g = _GpuSeries([], [], [])
+    for t, v in rows:
+        if "gpu_util_percent" in v and "gpu_devices" in v:
+            g.times.append(t)
+            g.util.append(float(v["gpu_util_percent"]))
+            g.gpus.append(float(v["gpu_devices"]))
+    return g
+
+
 def _series(samples: Iterable[tuple[int, dict[str, float]]],
             key: str | Callable[[dict[str, float]], float | None]) -> _Series:
     times: list[int] = []
@@ -135,6 +170,7 @@ def attribute(t: Timeline) -> Attribution:
             by_thread.setdefault((s.worker, s.pid, s.tid), []).append((s.t_ns, s.values))
     cache: dict[tuple[Any, ...], dict[str, _Series]] = {}
     memory: dict[tuple[Any, ...], Memory] = {}
+    gpu_cache: dict[str, _GpuSeries] = {}
 
     def proc_series(worker: str, pid: int) -> dict[str, _Series]:
         key = ("p", worker, pid)
@@ -154,6 +190,7 @@ def attribute(t: Timeline) -> Attribution:
         if key not in cache:
             rows = sorted(by_tree.get(worker, []), key=lambda r: r[0])
             cache[key] = {"cpu": _series(rows, _cpu)}
+            gpu_cache[worker] = _gpu_series(rows)
         return cache[key]
 
     thread_cpu: dict[tuple[str, int, int], _Series] = {}
@@ -163,6 +200,9 @@ def attribute(t: Timeline) -> Attribution:
         key = (span.worker, span.pid, span.id)
         out[key] = _one(span, proc_series(span.worker, span.pid), tree_series(span.worker),
                         memory[("p", span.worker, span.pid)])
+        gpu = gpu_cache[span.worker].busy(span.start_ns, span.end_ns)
+        if gpu is not None:
+            out[key]["gpu_busy_percent"], out[key]["gpu_idle_s"] = gpu
         thread = (span.worker, span.pid, span.tid)
         if key in beside and thread in by_thread:
             if thread not in thread_cpu:
@@ -234,7 +274,10 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
     `peak_growth_bytes`, the most the process's RSS rose above its level at a call's start
     during one call (what the function allocated: a sleep in a large process grew 0), and
     `peak_rss_bytes`, the process's largest RSS while a call ran (memory held before the
-    call included: it blames whatever ran while the process was large). Sorted by total."""
+    call included: it blames whatever ran while the process was large). Where the tree used
+    GPUs: `gpu_busy_percent`, their busy share while its calls ran (weighted by each call's
+    time), and `gpu_idle_s`, the GPU-seconds they sat idle during its calls. Sorted by
+    total."""
     attribution = attribute(t) if attribution is None else attribution
     child_time: dict[tuple[str, int, int], int] = {}
     for s in t.spans:
@@ -248,7 +291,8 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
         row = rows.setdefault(key, {"name": s.name, "kind": s.kind, "calls": 0, "total_s": 0.0,
                                     "self_s": 0.0, "cpu_s": 0.0, "peak_rss_bytes": 0.0,
                                     "peak_growth_bytes": None, "errors": 0, "cut_short": 0,
-                                    "has_cpu": False, "cpu_measured": 0})
+                                    "has_cpu": False, "cpu_measured": 0,
+                                    "gpu_idle_s": None, "gpu_busy_percent": None, "gpu_wall": 0.0})
         wall = s.duration_ns / 1e9
         walls.setdefault(key, []).append(wall)
         row["calls"] += 1
@@ -262,6 +306,10 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
             row["cpu_s"] += a["cpu_s"]
             row["has_cpu"] = True
         row["peak_rss_bytes"] = max(row["peak_rss_bytes"], a.get("peak_rss_bytes", 0.0))
+        if "gpu_idle_s" in a:  # busy weighted by each call's time
+            row["gpu_idle_s"] = (row["gpu_idle_s"] or 0.0) + a["gpu_idle_s"]
+            row["gpu_busy_percent"] = (row["gpu_busy_percent"] or 0.0) + a["gpu_busy_percent"] * wall
+            row["gpu_wall"] += wall
         if "peak_growth_bytes" in a:  # 0 is a finding here (it grew nothing), not an absence
             row["peak_growth_bytes"] = max(row["peak_growth_bytes"] or 0.0,
                                            a["peak_growth_bytes"])
@@ -276,6 +324,9 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
         row["cpu_measured"] = row["cpu_measured"] == row["calls"]
         if not row["peak_rss_bytes"]:
             row["peak_rss_bytes"] = None
+        gpu_wall = row.pop("gpu_wall")
+        if row["gpu_busy_percent"] is not None:
+            row["gpu_busy_percent"] = row["gpu_busy_percent"] / gpu_wall if gpu_wall else 0.0
         out.append(row)
     out.sort(key=lambda r: -r["total_s"])
     return out

@@ -8,7 +8,7 @@ import html
 from typing import Any
 
 from ..timeline import Mark, Timeline
-from ..units import fmt_bytes, fmt_seconds
+from ..units import fmt_bytes, fmt_percent, fmt_seconds
 from .attribution import DIED, cpu_basis, cpu_mark
 from .deaths import deaths, figures, headline
 from .overhead import cost_text, costs, summary
@@ -198,6 +198,7 @@ _CPU_HINT = {
 def functions_html(rows: list[dict[str, Any]]) -> str:
     cut = any(r["cut_short"] for r in rows)
     basis = cpu_basis(rows)
+    gpu = any(r.get("gpu_idle_s") is not None for r in rows)
     out = ["<section><h2>Functions</h2><p class=\"hint\">One row per span name; self = wall "
            "time minus time in child spans; memory figures are estimates attributed from "
            "the samples around each span. " + _CPU_HINT[basis] + "<b>memory grown</b>: the most "
@@ -214,7 +215,10 @@ def functions_html(rows: list[dict[str, Any]]) -> str:
               "an estimate: the CPU read each sample, split over the calls by time")
            + "\">CPU</th><th>memory grown</th><th>process RSS during</th>"
            "<th>errors</th>"
-           + ("<th>cut short</th>" if cut else "") + "</tr></thead><tbody>"]
+           + ("<th>cut short</th>" if cut else "")
+           + ("<th title=\"the tree's GPUs' busy share while the calls ran (its processes' SM "
+              "shares)\">GPU busy</th><th title=\"GPU-seconds the tree's GPUs sat idle during "
+              "the calls\">GPU idle s</th>" if gpu else "") + "</tr></thead><tbody>"]
     for r in rows[:MAX_ROWS]:
         cls = " class=\"bad\"" if r["errors"] or r["cut_short"] else ""
         out.append(
@@ -226,7 +230,10 @@ def functions_html(rows: list[dict[str, Any]]) -> str:
             + f"<td class=\"num\">{esc(fmt_bytes(r['peak_growth_bytes']))}</td>"
             f"<td class=\"num\">{esc(fmt_bytes(r['peak_rss_bytes']))}</td>"
             f"<td class=\"num\">{r['errors']:,}</td>"
-            + (f"<td class=\"num\">{r['cut_short']:,}</td>" if cut else "") + "</tr>")
+            + (f"<td class=\"num\">{r['cut_short']:,}</td>" if cut else "")
+            + (f"<td class=\"num\">{esc(fmt_percent(r['gpu_busy_percent']))}</td>"
+               f"<td class=\"num\">{esc(fmt_seconds(r['gpu_idle_s']))}</td>" if gpu else "")
+            + "</tr>")
     out.append("</tbody></table>")
     if len(rows) > MAX_ROWS:
         rest = rows[MAX_ROWS:]

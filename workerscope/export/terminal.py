@@ -22,6 +22,7 @@ from ..units import fmt_bytes, fmt_percent, fmt_seconds, printable, short_worker
 from .attribution import (
     DIED,
     Attribution,
+    attribute,
     cpu_basis,
     cpu_mark,
     function_table,
@@ -275,6 +276,9 @@ def _jobs_shown(jobs: list[Job], limit: int | None) -> list[Job]:
     return ranked[:limit]
 
 
+GPU_IDLE_SHOWN = 10  # spans in the report's "top spans by GPU idle"
+GPU_KEY = ("gpu busy: the tree's GPUs' busy share while the calls ran (its processes' SM "
+           "shares, NVML's per-process samples); gpu idle: the GPU-seconds they sat idle then")
 # What the function table's memory columns mean (attribution.function_table).
 MEMORY_KEY = ["grew: the most RSS rose during one call (what the call allocated), within 10 %",
               "proc rss: the process's RSS peak while it ran (memory held before too)"]
@@ -299,6 +303,7 @@ def functions_table(t: Timeline, attribution: Attribution | None = None,
     rows = []
     table = function_table(t, attribution)
     cut = any(r["cut_short"] for r in table)
+    gpu = any(r["gpu_idle_s"] is not None for r in table)
     basis = cpu_basis(table)
     for r in table:
         rows.append([r["name"] + (" (job)" if r["kind"] == "job" else ""), str(r["calls"]),
@@ -306,9 +311,12 @@ def functions_table(t: Timeline, attribution: Attribution | None = None,
                                                    "max_s", "self_s")),
                      cpu_mark(r, basis) + fmt_seconds(r["cpu_s"]),
                      fmt_bytes(r["peak_growth_bytes"]), fmt_bytes(r["peak_rss_bytes"]),
-                     str(r["errors"]), *([str(r["cut_short"])] if cut else [])])
+                     str(r["errors"]), *([str(r["cut_short"])] if cut else []),
+                     *([fmt_percent(r["gpu_busy_percent"]), fmt_seconds(r["gpu_idle_s"])]
+                       if gpu else [])])
     headers = ["function", "calls", "total", "mean", "p50", "p95", "max", "self", "cpu",
-               "grew", "proc rss", "errors", *(["cut"] if cut else [])]
+               "grew", "proc rss", "errors", *(["cut"] if cut else []),
+               *(["gpu busy", "gpu idle"] if gpu else [])]
     # Too wide: first the statistics the others imply (mean beside p50, p95 beside max),
     # then self time, then long names are cut short; on a very narrow terminal, more go.
     text = _table(headers, rows, set(range(1, len(headers))), width, drop=(3, 5, 7),
@@ -320,8 +328,27 @@ def functions_table(t: Timeline, attribution: Attribution | None = None,
         shown += [k for k in MEMORY_KEY if k.split(":")[0] in head]  # a narrow table drops some
         if "grew" in head and any(r["peak_growth_bytes"] is None for r in table):
             shown.append(UNKNOWN_GROWTH)
+    if "gpu busy" in head:
+        shown.append(GPU_KEY)
     text += "\n".join(_wrap(shown, width, indent="")) + "\n" if shown else ""
     return text
+
+
+def gpu_idle_section(t: Timeline, attribution: Attribution | None = None,
+                     most: int = GPU_IDLE_SHOWN) -> str:
+    """The spans (jobs left out) during which the tree's GPUs sat idle longest: where a GPU
+    job waited on its loader or its CPU. "" where no span has a GPU figure."""
+    attribution = attribute(t) if attribution is None else attribution
+    ranked = sorted(((a["gpu_idle_s"], s) for s in t.spans if s.kind != "job"
+                     for a in (attribution.get((s.worker, s.pid, s.id), {}),)
+                     if a.get("gpu_idle_s")), key=lambda x: -x[0])[:most]
+    if not ranked:
+        return ""
+    rows = [[s.name, short_worker(s.worker), fmt_seconds(s.duration_ns / 1e9), fmt_seconds(idle),
+             fmt_percent(attribution[(s.worker, s.pid, s.id)]["gpu_busy_percent"])]
+            for idle, s in ranked]
+    return "top spans by GPU idle:\n" + _table(["span", "worker", "wall", "gpu idle", "gpu busy"],
+                                                rows, {2, 3, 4}, clip=(0,))
 
 
 def workers_text(t: Timeline, width: int | None = None) -> str:
@@ -463,7 +490,11 @@ def report(t: Timeline, width: int = 80, color: bool = False,
     if crept:
         parts.append("memory creep:\n" + "".join(
             f"{line}\n" for c in crept for line in _wrap([c], width, "  ")))
-    parts.append(functions_table(t, width=width))
+    attribution = attribute(t)
+    parts.append(functions_table(t, attribution, width=width))
+    idle = gpu_idle_section(t, attribution)
+    if idle:
+        parts.append(idle)
     notes = [line for who, n in said_once(t, short_worker)
              for line in _wrap([f"{who}: {n}"], width, "  ")]
     if notes:

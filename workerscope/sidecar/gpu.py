@@ -553,7 +553,7 @@ class GpuSampler:
                 if key is not None:
                     d = per.setdefault(key, {})
                     d["gpu_util_percent"] = d.get("gpu_util_percent", 0.0) + util
-        if seen_any and not per and not any(
+        if seen_any and not per and not self._host_pids and not any(
                 os.path.exists(f"/proc/{p}") for m in self._proc_mem.values() for p in m):
             # NVML reports host pids; in a container with its own pid namespace none exist
             # here, unless the host's /proc is mounted where PidMap finds it.
