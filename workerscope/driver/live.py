@@ -38,7 +38,7 @@ class WorkerLive:
     inside: dict[int, str] = field(default_factory=dict)  # job -> the span it is in now
     failed_jobs: int = 0  # jobs that ended otherwise than ok
     ended: dict[str, int] = field(default_factory=dict)  # jobs ended, by status
-    gpu_mem: float | None = None  # GPU memory in use, summed over the last sample's GPUs
+    gpu_mem: float | None = None  # GPU memory in use over the last sample's GPUs (_gpu_memory)
 
 
 class LiveState:
@@ -62,10 +62,9 @@ class LiveState:
             utils = [float(v["util_percent"]) for _, v in b.get("gpus", ()) if "util_percent" in v]
             if utils:
                 w.gpu_util = sum(utils) / len(utils)
-            mems = [float(v["mem_used_bytes"]) for _, v in b.get("gpus", ())
-                    if "mem_used_bytes" in v]
-            if mems:
-                w.gpu_mem = sum(mems)
+            mem = _gpu_memory(b.get("gpus", ()))
+            if mem is not None:
+                w.gpu_mem = mem
         elif frame.kind == protocol.JOB_START:
             w.jobs[_job_id(b)] = (bounded_text(b.get("name"), MAX_NAME), now)
         elif frame.kind == protocol.JOB_END:
@@ -144,6 +143,24 @@ def _spans_open(value: Any) -> dict[int, str]:
                 and not isinstance(item[0], bool) and isinstance(item[1], str)):
             out[item[0]] = item[1][:MAX_SPAN_NAME]
     return out
+
+
+def _gpu_memory(rows: Any) -> float | None:
+    """GPU memory in use over a sample's gpus rows (checked by the builder): a GPU in MIG mode
+    counts its instances' rows ("0/mig1"), not its own (the whole board's, other tenants'
+    instances included), so nothing is counted twice."""
+    boards: dict[int, float] = {}
+    instances: dict[int, float] = {}
+    for key, values in rows:
+        if "mem_used_bytes" not in values:
+            continue
+        if isinstance(key, str):  # INDEX/migGI
+            gpu = int(key.partition("/")[0])
+            instances[gpu] = instances.get(gpu, 0.0) + float(values["mem_used_bytes"])
+        else:
+            boards[int(key)] = float(values["mem_used_bytes"])
+    boards.update(instances)
+    return sum(boards.values()) if boards else None
 
 
 def _job_id(body: dict[str, Any]) -> int:
