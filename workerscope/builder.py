@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -174,27 +175,102 @@ def fold_rule(metric: str) -> int:
 _RULES: dict[str, int] = {}  # fold_rule's answers: metric names come from frames, so bounded
 
 
+def _memo(cache: dict[Any, Any], key: Any, make: Callable[[Any], Any], most: int) -> Any:
+    """make(key), from the cache where it is there; kept there while it holds under most."""
+    value = cache.get(key)
+    if value is None:
+        value = make(key)
+        if len(cache) < most:
+            cache[key] = value
+    return value
+
+
 def _rule(metric: str) -> int:
-    rule = _RULES.get(metric)
-    if rule is None:
-        rule = fold_rule(metric)
-        if len(_RULES) < 4096:
-            _RULES[metric] = rule
+    rule: int = _memo(_RULES, metric, fold_rule, 4096)
     return rule
+
+
+class _Plan:
+    """The metrics of one key layout (a sample's keys, in their order) split by fold_rule, with
+    getters that take each group's values out of a map in C: a bin whose samples share the
+    layout folds with a few C calls, not a Python step per metric."""
+
+    __slots__ = ("get_high", "get_last", "get_low", "get_mean", "high", "keys", "last", "low",
+                 "mean")
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+        groups: dict[int, list[str]] = {LAST: [], MEAN: [], LOW: [], HIGH: []}
+        for k in keys:
+            groups[_rule(k)].append(k)
+        self.last, self.mean, self.low, self.high = (
+            tuple(groups[r]) for r in (LAST, MEAN, LOW, HIGH))
+        self.get_last, self.get_mean, self.get_low, self.get_high = (
+            _getter(g) for g in (self.last, self.mean, self.low, self.high))
+
+
+def _getter(keys: tuple[str, ...]) -> Callable[[dict[str, float]], tuple[float, ...]]:
+    """A function giving the values of `keys` in a map as a tuple, in C where it can."""
+    if len(keys) > 1:
+        return operator.itemgetter(*keys)
+    if keys:
+        key = keys[0]
+        return lambda values: (values[key],)
+    return lambda values: ()
+
+
+_PLANS: dict[tuple[str, ...], _Plan] = {}  # key layouts come from frames, so bounded
+
+
+def _plan(values: dict[str, float]) -> _Plan | None:
+    """The plan of a map whose values are all finite; None where one is not (a NaN or an
+    infinity is left out of a fold, which only the general form does)."""
+    try:
+        if not math.isfinite(sum(values.values())):  # a sum is finite only if all are
+            return None
+    except OverflowError:
+        return None
+    plan: _Plan = _memo(_PLANS, tuple(values), _Plan, 1024)
+    return plan
 
 
 class _Bin:
     """Samples of one series within one time bin, folded (see fold_rule): the last time, and
     per metric its kept value, plus sums and counts for the means. Values that are not
-    finite are left out of a fold (a NaN would spoil a whole bin's mean)."""
+    finite are left out of a fold (a NaN would spoil a whole bin's mean).
 
-    __slots__ = ("counts", "sums", "t", "values")
+    Two forms, one result. Columnar: while every sample folded in has the same keys in the
+    same order, all finite (a sidecar's series), each rule's values are a tuple of their own,
+    folded in C (map with max, min and add). General: a map per metric, for anything else;
+    a columnar bin turns general when a sample or bin of another layout meets it."""
 
-    def __init__(self, t: int, values: dict[str, float]) -> None:
+    __slots__ = ("counts", "high", "last", "low", "n", "plan", "sum", "sums", "t", "values")
+
+    def __init__(self, t: int, values: dict[str, float], columnar: bool = True) -> None:
         self.t = t
-        self.values = values
-        self.sums: dict[str, float] | None = None
+        self.plan = _plan(values) if columnar else None
+        self.sums: dict[str, float] | None = None  # the general form's means
         self.counts: dict[str, int] | None = None
+        if self.plan is None:
+            self.values = values
+            return
+        p = self.plan
+        self.values = {}
+        self.last, self.sum, self.n = p.get_last(values), p.get_mean(values), 1
+        self.low, self.high = p.get_low(values), p.get_high(values)
+
+    def metrics(self) -> int:
+        return len(self.plan.keys) if self.plan is not None else len(self.values)
+
+    def _general(self) -> None:
+        """Turn a columnar bin general, its result the same."""
+        p = self.plan
+        if p is None:
+            return
+        self.values = self.result()
+        self.sums = dict(zip(p.mean, self.sum, strict=True))
+        self.counts = dict.fromkeys(p.mean, self.n)
+        self.plan = None
 
     def _means(self) -> tuple[dict[str, float], dict[str, int]]:
         if self.sums is None or self.counts is None:
@@ -220,6 +296,17 @@ class _Bin:
 
     def fold(self, t: int, values: dict[str, float]) -> None:
         later = t >= self.t
+        p = self.plan
+        if p is not None:
+            if _plan(values) is p:  # the same layout, all finite
+                if later:
+                    self.last, self.t = p.get_last(values), t
+                self.sum = tuple(map(operator.add, self.sum, p.get_mean(values)))
+                self.n += 1
+                self.low = tuple(map(min, self.low, p.get_low(values)))
+                self.high = tuple(map(max, self.high, p.get_high(values)))
+                return
+            self._general()
         sums, counts = self._means()
         for k, v in values.items():
             if math.isfinite(v):
@@ -230,6 +317,17 @@ class _Bin:
     def merge(self, other: _Bin) -> None:
         """Fold another bin of the same series in (a wider bin now holds both)."""
         later = other.t >= self.t
+        p = self.plan
+        if p is not None and other.plan is p:
+            if later:
+                self.last, self.t = other.last, other.t
+            self.sum = tuple(map(operator.add, self.sum, other.sum))
+            self.n += other.n
+            self.low = tuple(map(min, self.low, other.low))
+            self.high = tuple(map(max, self.high, other.high))
+            return
+        self._general()
+        other._general()
         sums, counts = self._means()
         their_sums, their_counts = other._means()
         for k, total in their_sums.items():
@@ -243,6 +341,14 @@ class _Bin:
     def result(self, take: bool = False) -> dict[str, float]:
         """The bin's values. take: the bin's own map, the means written in (it is not folded
         again)."""
+        p = self.plan
+        if p is not None:
+            out = dict.fromkeys(p.keys, 0.0)  # the sample's own key order
+            means = self.sum if self.n == 1 else [x / self.n for x in self.sum]
+            for keys, kept in ((p.last, self.last), (p.mean, means), (p.low, self.low),
+                               (p.high, self.high)):
+                out.update(zip(keys, kept, strict=True))
+            return out
         out = self.values if take else dict(self.values)
         if self.sums is not None and self.counts is not None:
             for k, total in self.sums.items():
@@ -263,6 +369,18 @@ def sample_bytes(values: dict[str, float]) -> int:
 _Key = tuple[str, str, "int | None", "int | None"]
 
 
+class _Series:
+    """One series' (worker, scope, pid, tid) samples in SampleBins: its earliest sample, kept
+    as it came (never folded), its time bins, and the span of its times."""
+
+    __slots__ = ("bins", "earliest", "first", "latest")
+
+    def __init__(self, first: Sample) -> None:
+        self.first = first
+        self.earliest = self.latest = first.t_ns
+        self.bins: dict[int, _Bin] = {}
+
+
 class SampleBins:
     """Samples kept within a memory budget. Under `limit_bytes` they are kept as they come.
     Past it, every series (worker, scope, pid, tid) keeps its earliest sample as it is (where
@@ -281,9 +399,7 @@ class SampleBins:
         self.bytes = 0  # their estimated memory
         self._threshold = self.limit  # widen past this many bytes
         self._plain: list[Sample] | None = []  # until the budget is first reached
-        self._first: dict[_Key, Sample] = {}  # each series' earliest sample, never folded
-        self._series: dict[_Key, dict[int, _Bin]] = {}
-        self._span: dict[_Key, tuple[int, int]] = {}  # each series' (earliest, latest) time
+        self._series: dict[_Key, _Series] = {}
 
     def add(self, s: Sample) -> None:
         self.seen += 1
@@ -304,20 +420,21 @@ class SampleBins:
 
     def _bin(self, s: Sample) -> None:
         key = (s.worker, s.scope, s.pid, s.tid)
-        span = self._span.get(key)
-        self._span[key] = (s.t_ns, s.t_ns) if span is None else (
-            min(span[0], s.t_ns), max(span[1], s.t_ns))
-        first = self._first.get(key)
-        if first is None or s.t_ns < first.t_ns:
-            self._first[key] = s
+        series = self._series.get(key)
+        t = s.t_ns
+        if series is None:
+            self._series[key] = _Series(s)
             self.kept += 1
             self.bytes += sample_bytes(s.values)
-            if first is None:
-                return
-            s = first  # the earlier one takes its place; the one it had goes to the bins
-            self.kept -= 1
-            self.bytes -= sample_bytes(s.values)
-        bins = self._series.setdefault(key, {})
+            return
+        if t > series.latest:
+            series.latest = t
+        elif t < series.earliest:
+            series.earliest = t
+        if t < series.first.t_ns:  # the earlier one takes its place; the one it had is binned
+            self.bytes += sample_bytes(s.values) - sample_bytes(series.first.values)
+            s, series.first = series.first, s
+        bins = series.bins
         index = s.t_ns // self.width if self.width else s.t_ns
         b = bins.get(index)
         if b is not None:
@@ -330,9 +447,9 @@ class SampleBins:
     def _widen(self) -> None:
         # Start from the longest series' spacing, scaled by how far over half the budget the
         # bins are; then double until they fit, or every series is in a bin or two.
-        key, (first, last) = max(self._span.items(), key=lambda kv: kv[1][1] - kv[1][0])
-        longest = max(last - first, 1)
-        spacing = longest / max(len(self._series.get(key, ())), 1)
+        widest = max(self._series.values(), key=lambda series: series.latest - series.earliest)
+        longest = max(widest.latest - widest.earliest, 1)
+        spacing = longest / max(len(widest.bins), 1)
         over = self.bytes / (self.limit / 2)
         width = max(self.width * 2, 1)
         while width < spacing * over:
@@ -348,20 +465,20 @@ class SampleBins:
 
     def _rebin(self, width: int) -> None:
         self.width = width
-        kept = len(self._first)
-        size = sum(sample_bytes(s.values) for s in self._first.values())
-        for key, bins in self._series.items():
+        kept = len(self._series)
+        size = sum(sample_bytes(series.first.values) for series in self._series.values())
+        for series in self._series.values():
             wider: dict[int, _Bin] = {}
-            for b in bins.values():
+            for b in series.bins.values():
                 index = b.t // width
                 have = wider.get(index)
                 if have is None:
                     wider[index] = b
                 else:
                     have.merge(b)
-            self._series[key] = wider
+            series.bins = wider
             kept += len(wider)
-            size += sum(sample_bytes(b.values) for b in wider.values())
+            size += sum(SAMPLE_BYTES + VALUE_BYTES * b.metrics() for b in wider.values())
         self.kept, self.bytes = kept, size
 
     def samples(self, take: bool = False) -> list[Sample]:
@@ -372,20 +489,19 @@ class SampleBins:
             if take:
                 self._plain = []
             return out
-        out = list(self._first.values())
-        for (wid, scope, pid, tid), bins in list(self._series.items()):
+        out = [series.first for series in self._series.values()]
+        for (wid, scope, pid, tid), series in list(self._series.items()):
             if take:
                 del self._series[(wid, scope, pid, tid)]
-            out.extend(Sample(wid, b.t, scope, pid, b.result(take), tid) for b in bins.values())
-        if take:
-            self._first = {}
+            out.extend(Sample(wid, b.t, scope, pid, b.result(take), tid)
+                       for b in series.bins.values())
         return out
 
     def note(self) -> str | None:
         """What the binning did, for each worker's notes; None while nothing was binned."""
         if not self.width:
             return None
-        over = (f"; {len(self._span):,} series take more than that at a bin or two each"
+        over = (f"; {len(self._series):,} series take more than that at a bin or two each"
                 if self.bytes > self.limit else "")
         return (f"samples binned to stay within {fmt_bytes(self.limit)}: {self.seen:,} read, "
                 f"{self.kept:,} kept, in bins of {fmt_seconds(self.width / 1e9)}{over} (each "
