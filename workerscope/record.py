@@ -13,9 +13,16 @@ the record's own), and that many bytes:
   D  what the driver's own facts (a msgpack map, see Facts: clock offsets, frames lost and
      dropped per worker, each worker's state, its last frame's time, and notes) changed by
      since the entry before: written once a second when something changed, and at close
-Frames are in the order the driver folded them; the facts entries, merged in order, are the
-facts. A record of the first layout (RECORD_MAGIC_V1: no seed, no checksums, every facts
-entry whole, the last one applied) is still read.
+  Z  a compressed block that starts a deflate stream (zlib's raw stream, level LEVEL): what
+     it inflates to is entries as above without their checksums (a tag and a length each)
+  z  a compressed block that goes on with the stream of the block before it
+Each round of the writer (every FLUSH_S at most) is one block, flushed to its end (a sync
+flush), so everything written is readable at once; a stream gives way to a new one after
+STREAM_BYTES of entries, so a damaged block costs the rest of its stream at most. Frames are
+in the order the driver folded them; the facts entries, merged in order, are the facts.
+Records of the second layout (RECORD_MAGIC_V2: F and D entries only, none compressed) and
+the first (RECORD_MAGIC_V1: no seed, no checksums, every facts entry whole, the last one
+applied) are still read.
 
 A damaged entry (its checksum does not match; its tag or length is not one a writer writes)
 is skipped: the reader looks for the next whole entry after it and goes on, and the entries
@@ -52,15 +59,24 @@ _STATUS_VALUES = frozenset(s.value for s in Status)
 
 log = logging.getLogger("workerscope.record")
 
-RECORD_MAGIC = b"WSCREC\x00\x02"  # "WSCREC", a NUL, the layout's version
+RECORD_MAGIC = b"WSCREC\x00\x03"  # "WSCREC", a NUL, the layout's version
+RECORD_MAGIC_V2 = b"WSCREC\x00\x02"  # entries as they are, none compressed
 RECORD_MAGIC_V1 = b"WSCREC\x00\x01"  # entries without checksums; facts entries whole
 FRAME = b"F"
 FACTS = b"D"
+STREAM = b"Z"  # a compressed block that starts a deflate stream
+BLOCK = b"z"  # a compressed block that goes on with the stream of the one before
 _TAGS = (FRAME, FACTS)
+_TAGS_V3 = (FRAME, FACTS, STREAM, BLOCK)
+_INNER = struct.Struct("<cI")  # an entry inside a block: tag, length (the block has the CRC)
+STREAM_BYTES = 8 * 1024 * 1024  # entries' bytes a stream holds before a new one starts
+BLOCK_BYTES = 1024 * 1024  # entries' bytes a block holds at most (or one entry)
+_INFLATE_CHUNK = 256 * 1024
+LEVEL = 1  # zlib's; level 6 makes a record 0.8x the size for 1.6x the writer's CPU (RESULTS)
 _SEED = struct.Struct("<I")
 _ENTRY_V1 = struct.Struct("<cI")
 _ENTRY = struct.Struct("<cII")  # tag, length, CRC-32
-_TAG_AT = re.compile(b"[FD]")  # where the search for the next whole entry looks
+_TAG_AT = re.compile(b"[FDZz]")  # where the search for the next whole entry looks
 FLUSH_S = 0.25  # the writer writes what is queued at least this often
 QUEUE_BYTES = 64 * 1024 * 1024  # frames waiting for the writer; past this, dropped and counted
 _READ_CHUNK = 1024 * 1024
@@ -295,10 +311,16 @@ class RecordWriter:
     at most, so a driver killed loses at most that much. The file is replaced if it exists.
 
     Past queue_bytes waiting (a disk slower than the frames), frames are dropped and counted
-    in `dropped`; a failed write (a full disk) is counted in `failed` and said once."""
+    in `dropped`; a failed write (a full disk) is counted in `failed` and said once.
+
+    compress: each round's entries go in one compressed block (STREAM, BLOCK) of a deflate
+    stream flushed at the block's end, so what the round wrote is readable at once and a
+    long run costs a few tens of bytes a frame; False writes them as they are (layout 2).
+    A record resumed goes on in the layout it has."""
 
     def __init__(self, path: str | os.PathLike[str], queue_bytes: int = QUEUE_BYTES,
-                 flush_s: float = FLUSH_S, mode: int = 0o644, resume: bool = False) -> None:
+                 flush_s: float = FLUSH_S, mode: int = 0o644, resume: bool = False,
+                 compress: bool = True) -> None:
         self.path = os.fspath(path)
         self.queue_bytes = queue_bytes
         self.flush_s = flush_s
@@ -324,19 +346,25 @@ class RecordWriter:
         # with a good checksum (a reader looking for the entry after a damaged one would take
         # it for one); None: a record of the first layout, resumed in it.
         self._seed: int | None
-        if head[:len(RECORD_MAGIC_V1)] == RECORD_MAGIC_V1:
-            self._seed = None
-        elif head[:len(RECORD_MAGIC)] == RECORD_MAGIC and len(head) == len(RECORD_MAGIC) + 4:
+        magic = head[:len(RECORD_MAGIC)]
+        if magic == RECORD_MAGIC_V1:
+            self._seed, compress = None, False
+        elif magic in (RECORD_MAGIC, RECORD_MAGIC_V2) and len(head) == len(RECORD_MAGIC) + 4:
             self._seed = _SEED.unpack_from(head, len(RECORD_MAGIC))[0]
+            compress = magic == RECORD_MAGIC
         elif head:
             os.close(fd)
             raise WorkerscopeError(f"cannot go on writing {self.path!r}: it is not a record")
         else:
             self._seed = _SEED.unpack(os.urandom(_SEED.size))[0]
             self.bytes = 0
-            start = RECORD_MAGIC + _SEED.pack(self._seed)
+            start = (RECORD_MAGIC if compress else RECORD_MAGIC_V2) + _SEED.pack(self._seed)
             self._write([start], len(start))
             self.bytes = len(start)
+        self.compress = compress
+        self.raw_bytes = 0  # what the entries written hold, before compression
+        self._deflate: Any = None  # the stream's compressor; None: the next block starts one
+        self._stream_left = 0  # bytes of entries the stream takes before a new one starts
         self._queue: collections.deque[tuple[bytes, bytes]] = collections.deque()
         self._queued = 0  # bytes in _queue
         self._asked = 0  # entries queued, ever
@@ -400,12 +428,18 @@ class RecordWriter:
             self._queued = 0
         if not entries:
             return
-        for start in range(0, len(entries), _BATCH):
-            batch = entries[start:start + _BATCH]
-            # Gathered by the kernel (writev): no copy of the frames into one large chunk.
-            parts = [p for tag, data in batch for p in (self._head(tag, data), data)]
+        for batch in (self._blocks(entries) if self.compress else
+                      (entries[at:at + _BATCH] for at in range(0, len(entries), _BATCH))):
+            if self.compress:
+                block = self._block(batch)
+                parts = [self._head(block[0], block[1]), block[1]]
+            else:  # gathered by the kernel (writev): no copy of the frames into one chunk
+                parts = [p for tag, data in batch for p in (self._head(tag, data), data)]
+                self.raw_bytes += sum(_INNER.size + len(data) for _, data in batch)
             size = sum(map(len, parts))
             ok = self._write(parts, size)
+            if not ok:
+                self._deflate = None  # the block is not in the file: the next starts afresh
             with self._cond:
                 if ok:
                     self.bytes += size
@@ -414,6 +448,34 @@ class RecordWriter:
                     self.failed += len(batch)
                 self._done += len(batch)
                 self._cond.notify_all()
+
+    @staticmethod
+    def _blocks(entries: list[tuple[bytes, bytes]]) -> Iterator[list[tuple[bytes, bytes]]]:
+        """The round's entries in blocks of at most BLOCK_BYTES (or one entry)."""
+        block: list[tuple[bytes, bytes]] = []
+        size = 0
+        for entry in entries:
+            if block and size + len(entry[1]) > BLOCK_BYTES:
+                yield block
+                block, size = [], 0
+            block.append(entry)
+            size += _INNER.size + len(entry[1])
+        if block:
+            yield block
+
+    def _block(self, batch: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
+        """One block of entries, compressed: (its tag, its bytes). A stream ends its blocks
+        with a sync flush (all of it can be inflated), and gives way to a new one past
+        STREAM_BYTES, so damage costs one stream at most."""
+        raw = b"".join(p for tag, data in batch for p in (_INNER.pack(tag, len(data)), data))
+        tag = BLOCK
+        if self._deflate is None or self._stream_left <= 0:
+            self._deflate = zlib.compressobj(LEVEL)
+            self._stream_left = STREAM_BYTES
+            tag = STREAM
+        self._stream_left -= len(raw)
+        self.raw_bytes += len(raw)
+        return tag, self._deflate.compress(raw) + self._deflate.flush(zlib.Z_SYNC_FLUSH)
 
     def _head(self, tag: bytes, data: bytes) -> bytes:
         if self._seed is None:
@@ -464,6 +526,7 @@ class RecordReader:
         self.frames = 0
         self.version = 2
         self._seed = 0
+        self._inflate: Any = None  # the stream being read; None: none, or its start was lost
 
     def __iter__(self) -> Iterator[Entry]:
         with _open_regular(self.path) as f:
@@ -471,10 +534,12 @@ class RecordReader:
             if not head:
                 raise FileFormatError(f"{self.path!r} is empty: the driver that was recording "
                                        "it stopped before writing anything")
-            if head.startswith(RECORD_MAGIC_V1):
+            magic = head[:len(RECORD_MAGIC)]
+            if magic == RECORD_MAGIC_V1:
                 self.version, pos = 1, len(RECORD_MAGIC_V1)
-            elif head.startswith(RECORD_MAGIC) and len(head) == len(RECORD_MAGIC) + _SEED.size:
+            elif magic in (RECORD_MAGIC, RECORD_MAGIC_V2) and len(head) == len(magic) + 4:
                 self._seed, pos = _SEED.unpack_from(head, len(RECORD_MAGIC))[0], len(head)
+                self.version = 3 if magic == RECORD_MAGIC else 2
             else:
                 raise FileFormatError(f"{self.path!r} is not a workerscope record")
             size = os.fstat(f.fileno()).st_size
@@ -484,12 +549,23 @@ class RecordReader:
     def _entries(self, window: _Window, pos: int) -> Iterator[Entry]:
         while pos < window.end:
             entry, after = self._entry_at(window, pos)
+            if entry is not None and entry.tag in (STREAM, BLOCK):
+                for inner in self._inflated(entry):
+                    if inner.tag == FRAME:
+                        self.frames += 1
+                    yield inner
+                if self._inflate is None:  # its stream's start was lost, or it is bad
+                    self.damaged += 1
+                    self.skipped += after - pos
+                pos = after
+                continue
             if entry is not None:
                 if entry.tag == FRAME:
                     self.frames += 1
                 yield entry
                 pos = after
                 continue
+            self._inflate = None  # a block after a damaged one cannot be inflated
             # No whole entry here: the next one after it, if any, is where reading goes on.
             if after > 0 and self._entry_at(window, after)[0] is not None:
                 found: int | None = after  # only its checksum was wrong: its length holds
@@ -515,7 +591,7 @@ class RecordReader:
         if len(head) < header.size:
             return None, -1
         tag, size = _ENTRY_V1.unpack_from(head)
-        if tag not in _TAGS or size > _MAX_ENTRY:
+        if tag not in (_TAGS_V3 if self.version == 3 else _TAGS) or size > _MAX_ENTRY:
             return None, 0
         end = pos + header.size + size
         if end > window.end:
@@ -524,6 +600,44 @@ class RecordReader:
         if self.version > 1 and _ENTRY.unpack_from(head)[2] != _crc(self._seed, tag, size, data):
             return None, end
         return Entry(tag, data), end
+
+    def _inflated(self, block: Entry) -> Iterator[Entry]:
+        """The entries of a compressed block, inflated a chunk at a time (a block of 1 MiB
+        never takes 1 MiB more to read). Sets `_inflate` to None where the block cannot be
+        read to its end: a BLOCK whose stream's start was lost, bytes that do not inflate,
+        or an entry left unfinished (a writer ends each block with a whole one)."""
+        if block.tag == STREAM:
+            self._inflate = zlib.decompressobj()
+        inflate = self._inflate
+        if inflate is None:
+            return
+        data, rest = block.data, b""
+        while True:
+            try:
+                chunk = inflate.decompress(data, _INFLATE_CHUNK)
+            except zlib.error:
+                self._inflate = None
+                return
+            data = inflate.unconsumed_tail
+            raw = rest + chunk if rest else chunk
+            pos = 0
+            while pos + _INNER.size <= len(raw):
+                tag, size = _INNER.unpack_from(raw, pos)
+                if tag not in _TAGS or size > _MAX_ENTRY:
+                    self._inflate = None
+                    return
+                if pos + _INNER.size + size > len(raw):
+                    break
+                yield Entry(tag, raw[pos + _INNER.size:pos + _INNER.size + size])
+                pos += _INNER.size + size
+            rest = raw[pos:]
+            if not data and len(chunk) < _INFLATE_CHUNK:
+                break
+            if len(rest) > _MAX_ENTRY + _INNER.size:
+                self._inflate = None
+                return
+        if rest:
+            self._inflate = None
 
     def _next_entry(self, window: _Window, pos: int) -> int | None:
         """Where the first whole entry (its checksum right) at or after pos begins."""
@@ -575,7 +689,7 @@ def is_record(path: str | os.PathLike[str]) -> bool:
     """Whether the file begins as a record does (an empty file counts: a record's start)."""
     with _open_regular(os.fspath(path)) as f:
         head = f.read(len(RECORD_MAGIC))
-    return head in (RECORD_MAGIC, RECORD_MAGIC_V1) or not head
+    return head in (RECORD_MAGIC, RECORD_MAGIC_V2, RECORD_MAGIC_V1) or not head
 
 
 def read_record(path: str | os.PathLike[str], limit: int | None = None,

@@ -17,8 +17,9 @@ SAMPLES = 10
 
 
 def _write(path: str) -> list[bytes]:
-    """A record as a driver writes it, through the real encoder and writer: a hello, a job
-    with SAMPLES samples, its end and a bye. The frames, in order."""
+    """A record as a driver writes it, through the real encoder and writer (its entries as
+    they are, layout 2): a hello, a job with SAMPLES samples, its end and a bye. The
+    frames, in order."""
     frames = [protocol.encode_frame(protocol.HELLO, WID, 0, {"host": "host-a", "pid": 100,
                                                             "anchor": ANCHOR})]
     frames.append(protocol.encode_frame(protocol.JOB_START, WID, 1,
@@ -29,7 +30,7 @@ def _write(path: str) -> list[bytes]:
     frames.append(protocol.encode_frame(protocol.JOB_END, WID, 2 + SAMPLES, {
         "job": 1, "t": ANCHOR[1] + (SAMPLES + 1) * 10**7, "status": "ok"}))
     frames.append(protocol.encode_frame(protocol.BYE, WID, 3 + SAMPLES, {"status": "exited"}))
-    writer = RecordWriter(path)
+    writer = RecordWriter(path, compress=False)  # compressed blocks: test_record_blocks.py
     for frame in frames:
         assert writer.append(frame)
     writer.close()
