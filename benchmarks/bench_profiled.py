@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -98,6 +99,54 @@ print(json.dumps({"before": before, "after": after}))
 
 def noop() -> None:
     return None
+
+
+# What a light job reads at its start and at its end, for the floors below: getrusage of the
+# process and of its reaped children, /proc/stat, /proc/self/io, /proc/self/net/dev and
+# /proc/self/status, and at the start a write to /proc/self/clear_refs (the peak's reset).
+_LIGHT_FILES = ("/proc/stat", "/proc/self/io", "/proc/self/net/dev", "/proc/self/status")
+
+
+def _open_reads(reset: bool) -> None:
+    resource.getrusage(resource.RUSAGE_SELF)
+    resource.getrusage(resource.RUSAGE_CHILDREN)
+    if reset:
+        with open("/proc/self/clear_refs", "wb") as f:
+            f.write(b"5")
+    for path in _LIGHT_FILES:
+        with open(path, "rb") as f:
+            f.read()
+
+
+def raw_reads(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """The floor a light job is held to: the same files opened and read (and clear_refs
+    written) at fn's start and end, as a minimal hand-written tool would, nothing parsed."""
+    def call() -> Any:
+        _open_reads(True)
+        out = fn()
+        _open_reads(False)
+        return out
+    return call
+
+
+def held_reads(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """The syscall floor: the same files held open and read with one pread each."""
+    fds = [os.open(p, os.O_RDONLY) for p in _LIGHT_FILES]
+    refs = os.open("/proc/self/clear_refs", os.O_WRONLY)
+
+    def reads() -> None:
+        resource.getrusage(resource.RUSAGE_SELF)
+        resource.getrusage(resource.RUSAGE_CHILDREN)
+        for fd in fds:
+            os.pread(fd, 65536, 0)
+
+    def call() -> Any:
+        os.write(refs, b"5")
+        reads()
+        out = fn()
+        reads()
+        return out
+    return call
 
 
 def hook_cost(pure: bool) -> dict[str, dict[str, float]]:
@@ -182,6 +231,10 @@ def main() -> int:
         cases = [
             ("bare noop()", *warm(noop, 100_000, REPEATS), "100000"),
             ('profiled(mode="off")', *warm(off, 100_000, REPEATS), "100000"),
+            ("floor: raw reads of light's files (open)", *warm(raw_reads(noop), 5_000, REPEATS),
+             "5000"),
+            ("floor: the same, held open (pread)", *warm(held_reads(noop), 5_000, REPEATS),
+             "5000"),
             ('profiled(mode="light")', *warm(light, 5_000, REPEATS), "5000"),
             ('profiled(mode="heavy"), bursts of 100', *warm(heavy, 100, REPEATS, 1.0, side), "100"),
             ('profiled(mode="heavy"), 2000 back to back', *warm(heavy, 2_000, 3, 1.0, side), "2000"),
@@ -221,6 +274,10 @@ def main() -> int:
         added = "-" if label.startswith("bare") else f"{us - bare:9.2f}"
         side_s = "-" if side_cpu != side_cpu else f"{side_cpu:.0f}"  # nan: no sidecar involved
         print(f"{label:<44} {calls:>7} {us:9.2f} {added:>9} {side_s:>20}")
+    by = {label: us for label, us, _, _ in cases}
+    light_us = by['profiled(mode="light")']
+    print(f"light / its raw reads: {light_us / by[cases[2][0]]:.2f}x (want <= 1.5x); "
+          f"/ the same held open: {light_us / by[cases[3][0]]:.2f}x")
 
     print()
     print("The environment watch's audit hook on the process's other audited events, ns per call")

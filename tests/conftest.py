@@ -30,6 +30,13 @@ for _folder in ("unit", "integration"):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _light_files():
+    """Light jobs hold their /proc files open for the process's life (light._OwnFiles): open
+    them first, so they are not counted as a test's leak."""
+    light._own_files()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _matplotlib_font():
     """matplotlib keeps its font file open once it has drawn text: open it first, so it is not
     counted as a test's leak."""

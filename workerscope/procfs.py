@@ -114,12 +114,10 @@ def parse_io(data: bytes) -> Io:
     return Io(*(get(key) for key in _IO_NAMES))
 
 
-def read_io(pid: int | str) -> dict[str, int]:
-    """Storage and character IO from /proc/PID/io (PermissionError for others' processes)."""
-    with open(f"/proc/{pid}/io", "rb") as f:
-        lines = f.read().split(b"\n")
+def io_fields(data: bytes) -> dict[str, int]:
+    """Storage and character IO of a /proc/PID/io text, by metric name (absent if missing)."""
     out = {}
-    for line in lines:
+    for line in data.split(b"\n"):
         key, _, value = line.partition(b":")
         name = _IO_FIELDS.get(key)
         if name is not None:
@@ -127,18 +125,18 @@ def read_io(pid: int | str) -> dict[str, int]:
     return out
 
 
-def read_net_dev(pid: int | str) -> dict[str, float] | None:
-    """Bytes and packets summed over the interfaces of pid's network namespace; None if
-    unreadable."""
+def read_io(pid: int | str) -> dict[str, int]:
+    """io_fields of /proc/PID/io (PermissionError for others' processes)."""
+    with open(f"/proc/{pid}/io", "rb") as f:
+        return io_fields(f.read())
+
+
+def parse_net_dev(data: bytes) -> dict[str, float]:
+    """Bytes and packets summed over the interfaces of a /proc/PID/net/dev text."""
     totals = [0, 0, 0, 0]
-    try:
-        with open(f"/proc/{pid}/net/dev") as f:
-            lines = f.readlines()[2:]
-    except OSError:
-        return None
-    for line in lines:
-        _, _, data = line.partition(":")
-        cols = data.split()
+    for line in data.split(b"\n")[2:]:
+        _, _, counters = line.partition(b":")
+        cols = counters.split()
         if len(cols) >= 10:
             totals[0] += int(cols[0])  # rx bytes
             totals[1] += int(cols[1])  # rx packets
@@ -146,6 +144,32 @@ def read_net_dev(pid: int | str) -> dict[str, float] | None:
             totals[3] += int(cols[9])  # tx packets
     return {"net_recv_bytes": totals[0], "net_recv_packets": totals[1],
             "net_sent_bytes": totals[2], "net_sent_packets": totals[3]}
+
+
+def read_net_dev(pid: int | str) -> dict[str, float] | None:
+    """parse_net_dev of pid's network namespace; None if unreadable."""
+    try:
+        with open(f"/proc/{pid}/net/dev", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return parse_net_dev(data)
+
+
+_CHUNK = 1 << 16
+
+
+def pread_all(fd: int) -> bytes:
+    """The whole text of a /proc (or cgroup) file held open, read again from offset 0: the
+    kernel writes it anew, so a file opened once is read each tick for a syscall, where an
+    open, read and close cost three. OSError as os.pread's."""
+    data = os.pread(fd, _CHUNK, 0)
+    while data and len(data) % _CHUNK == 0:  # a host with hundreds of cores
+        more = os.pread(fd, _CHUNK, len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 def boot_id() -> str:

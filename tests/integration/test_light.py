@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import subprocess
@@ -104,3 +105,40 @@ def test_stats_reach_the_driver_and_errors_are_kept(clean_env):
     assert bad.status == "error" and bad.error == "ValueError: negative" and "wall_s" in bad.stats
     (w,) = t.workers.values()
     assert w.lost == 0 and w.id.endswith(":light")
+
+
+@pytest.mark.accuracy
+def test_forked_child_reads_its_own_counters(clean_env, tmp_path):
+    """Light jobs hold /proc/self files open: a child forked after one reads its own, not its
+    parent's (20 MB written and 100 MB held in the child's job show as the child's)."""
+    wrapped = profiled(hold, mode="light")
+    wrapped(1)  # the parent's files are open now
+
+    def child_job():
+        with open(tmp_path / "f", "wb") as f:
+            for _ in range(20):
+                f.write(b"\0" * MB)
+        return hold(100)
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its stats to the parent, then out without the parent's atexit
+        code = 1
+        try:
+            os.close(read)
+            child = profiled(child_job, mode="light")
+            before = _rss()
+            child()
+            s = child.last_stats
+            os.write(write, json.dumps({"grew": s["peak_rss_bytes"] - before,
+                                        "write_chars": s["write_chars"]}).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as f:
+        got = json.loads(f.read())
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert got["write_chars"] >= 20 * MB, got
+    assert abs(got["grew"] - 100 * MB) <= 14 * MB, got

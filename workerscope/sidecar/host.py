@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 
-from .. import cgroup
+from .. import cgroup, procfs
 
 _TICK = os.sysconf("SC_CLK_TCK")
 _SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's own size
@@ -140,13 +140,7 @@ class HostSampler:
         if fd is None:
             return None
         try:
-            data = os.pread(fd, _CHUNK, 0)
-            while len(data) % _CHUNK == 0 and data:  # a host with hundreds of cores
-                more = os.pread(fd, _CHUNK, len(data))
-                if not more:
-                    break
-                data += more
-            return data
+            return procfs.pread_all(fd)
         except OSError as err:
             self.errors.setdefault(name, str(err))
             return None

@@ -35,8 +35,6 @@ from .. import procfs
 
 log = logging.getLogger("workerscope.sidecar")
 
-_CHUNK = 4096
-
 
 def stat_ids(data: bytes) -> tuple[int, int, int, int]:
     """(ppid, process group, session, start time in clock ticks) from a /proc/PID/stat text."""
@@ -97,12 +95,7 @@ class Reapers:
         kids: set[int] = set()
         for pid, fd in list(self.fds.items()):
             try:
-                data = os.pread(fd, _CHUNK, 0)
-                while len(data) % _CHUNK == 0 and data:
-                    more = os.pread(fd, _CHUNK, len(data))
-                    if not more:
-                        break
-                    data += more
+                data = procfs.pread_all(fd)
             except OSError:
                 os.close(self.fds.pop(pid))  # that reaper is gone
                 continue
