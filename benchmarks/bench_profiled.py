@@ -160,10 +160,38 @@ def hook_cost(pure: bool) -> dict[str, dict[str, float]]:
     return out
 
 
+# New interpreters run as an installed package does, with its bytecode cached: an environment
+# that sets PYTHONDONTWRITEBYTECODE would have every run compile every module it imports.
+FRESH_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+# Whole processes, timed from their start to their exit: a bare interpreter, one importing
+# workerscope, and one running a heavy job (the sidecar started, the job's end delivered).
+PROCESSES = {
+    "python -c pass": "pass",
+    "python -c 'import workerscope'": "import workerscope",
+    "the same + one heavy job of a no-op": (
+        "import workerscope\n"
+        "workerscope.profiled(lambda: None, mode='heavy')()\n"),
+}
+
+
+def process_ms() -> dict[str, list[float]]:
+    """Each process of PROCESSES timed FRESH_RUNS times, the three interleaved round by round."""
+    out: dict[str, list[float]] = {label: [] for label in PROCESSES}
+    for _ in range(FRESH_RUNS):
+        for label, code in PROCESSES.items():
+            t0 = time.perf_counter()
+            # wait() with no timeout blocks in waitpid; with one it polls, in steps of up to 50 ms.
+            if subprocess.Popen([sys.executable, "-c", code], env=FRESH_ENV).wait() != 0:
+                raise RuntimeError(f"{label} failed")
+            out[label].append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
 def fresh(mode: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", FRESH, mode], capture_output=True, text=True,
-                          timeout=120, env=os.environ)
+                          timeout=120, env=FRESH_ENV)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise RuntimeError(f"fresh {mode} run failed:\n{done.stderr}")
@@ -218,7 +246,9 @@ def main() -> int:
           f"{os.cpu_count()} CPUs")
     left: list[psutil.Process] = []
     try:
+        fresh("heavy")  # writes the bytecode of every module a heavy job imports
         runs = {mode: [fresh(mode) for _ in range(FRESH_RUNS)] for mode in ("bare", "light", "heavy")}
+        whole = process_ms()
         hooks = {"C": hook_cost(False), "Python": hook_cost(True)}
 
         heavy = workerscope.profiled(noop, mode="heavy")
@@ -264,6 +294,16 @@ def main() -> int:
     for label, secs in rows:
         ms = [s * 1e3 for s in secs]
         print(f"{label:<52} {statistics.median(ms):9.3f} {min(ms):9.3f} {max(ms):9.3f}")
+
+    print()
+    print(f"Whole processes, ms ({FRESH_RUNS} runs each)")
+    print(f"{'process':<52} {'median':>9} {'min':>9} {'max':>9}")
+    print("-" * 82)
+    for label, ms in whole.items():
+        print(f"{label:<52} {statistics.median(ms):9.3f} {min(ms):9.3f} {max(ms):9.3f}")
+    labels = list(PROCESSES)
+    cold = min(whole[labels[2]]) / min(whole[labels[1]])
+    print(f"a cold heavy job / the import's process, fastest of each: {cold:.2f}x (want <= 2x)")
 
     bare = cases[0][1]
     print()

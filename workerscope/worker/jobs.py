@@ -7,7 +7,6 @@ that says so.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import inspect
@@ -410,6 +409,9 @@ class _Profiled(Generic[P, R]):
         self._is_gen = inspect.isgeneratorfunction(self.fn)
         self._is_async = inspect.iscoroutinefunction(self.fn)
         if self._is_async:
+            # Imported here, not at the top: asyncio costs a heavy job's cold start ~30 ms.
+            import asyncio
+
             # So asyncio and inspect see a coroutine function, as they do for the fn itself.
             self._is_coroutine = getattr(asyncio.coroutines, "_is_coroutine", None)
             if hasattr(inspect, "markcoroutinefunction"):  # 3.12+
