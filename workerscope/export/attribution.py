@@ -48,14 +48,7 @@ class _Series:
         """Linear interpolation at t, clamped to the first and last sample."""
         if not self.times:
             return None
-        i = bisect.bisect_left(self.times, t)
-        if i == 0:
-            return self.values[0]
-        if i >= len(self.times):
-            return self.values[-1]
-        t0, t1 = self.times[i - 1], self.times[i]
-        v0, v1 = self.values[i - 1], self.values[i]
-        return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
+        return _at(self.times, self.values, bisect.bisect_left(self.times, t), t)
 
     def within(self, t0: int, t1: int) -> list[float]:
         lo, hi = bisect.bisect_left(self.times, t0), bisect.bisect_right(self.times, t1)
@@ -68,6 +61,40 @@ class _Series:
     def last_before(self, t: int) -> float | None:
         i = bisect.bisect_right(self.times, t)
         return self.values[i - 1] if i else None
+
+
+def _at(times: list[int], values: list[float], i: int, t: int) -> float:
+    """_Series.at(t) of a series with samples, given i = bisect_left(times, t)."""
+    if i == 0:
+        return values[0]
+    if i >= len(times):
+        return values[-1]
+    t0, t1 = times[i - 1], times[i]
+    v0, v1 = values[i - 1], values[i]
+    return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
+
+
+def _at_all(times: list[int], columns: list[list[float]], i: int, t: int) -> list[float]:
+    """_at of each column (0.0 for an empty one) at t, by _at's arithmetic."""
+    if i == 0 or i >= len(times):
+        k = 0 if i == 0 else -1
+        return [v[k] if v else 0.0 for v in columns]
+    t0, t1 = times[i - 1], times[i]
+    if t1 <= t0:
+        return [v[i] if v else 0.0 for v in columns]
+    dt, span = t - t0, t1 - t0
+    return [v[i - 1] + (v[i] - v[i - 1]) * dt / span if v else 0.0 for v in columns]
+
+
+def _shared_times(rows: list[tuple[int, dict[str, float]]], series: dict[str, _Series],
+                  mem: Memory) -> list[int] | None:
+    """The process's sample times where every series (and its Memory) either has a value at
+    each of them or is empty: then one bisect of a span's edge serves them all (the common
+    case). None where some series skipped some samples."""
+    n = len(rows)
+    if all(len(s.times) in (0, n) for s in series.values()) and len(mem.times) in (0, n):
+        return [t for t, _ in rows]
+    return None
 
 
 @dataclass
@@ -171,6 +198,7 @@ def attribute(t: Timeline) -> Attribution:
     cache: dict[tuple[Any, ...], dict[str, _Series]] = {}
     memory: dict[tuple[Any, ...], Memory] = {}
     gpu_cache: dict[str, _GpuSeries] = {}
+    shared: dict[tuple[Any, ...], list[int] | None] = {}
 
     def proc_series(worker: str, pid: int) -> dict[str, _Series]:
         key = ("p", worker, pid)
@@ -183,6 +211,7 @@ def attribute(t: Timeline) -> Attribution:
                           "gpu_mem": _series(rows, "gpu_mem_bytes"),
                           "gpu_util": _series(rows, "gpu_util_percent")}
             memory[key] = Memory.of(rows)
+            shared[key] = _shared_times(rows, cache[key], memory[key])
         return cache[key]
 
     def tree_series(worker: str) -> dict[str, _Series]:
@@ -198,8 +227,9 @@ def attribute(t: Timeline) -> Attribution:
     beside = _concurrent(t.spans) if by_thread else set()
     for span in t.spans:
         key = (span.worker, span.pid, span.id)
-        out[key] = _one(span, proc_series(span.worker, span.pid), tree_series(span.worker),
-                        memory[("p", span.worker, span.pid)])
+        proc = proc_series(span.worker, span.pid)
+        p_key = ("p", span.worker, span.pid)
+        out[key] = _one(span, proc, tree_series(span.worker), memory[p_key], shared[p_key])
         gpu = gpu_cache[span.worker].busy(span.start_ns, span.end_ns)
         if gpu is not None:
             out[key]["gpu_busy_percent"], out[key]["gpu_idle_s"] = gpu
@@ -224,8 +254,11 @@ def _delta(series: _Series, t0: int, t1: int) -> float | None:
     return None if a is None or b is None else max(b - a, 0.0)
 
 
-def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series],
-         mem: Memory) -> dict[str, float]:
+def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series], mem: Memory,
+         times: list[int] | None = None) -> dict[str, float]:
+    """The estimates of one span. times: _shared_times of its process, where it has them."""
+    if times is not None:
+        return _one_shared(span, p, tree, mem, times)
     t0, t1 = span.start_ns, span.end_ns
     res: dict[str, float] = {}
     for name, series in (("cpu_s", p["cpu"]), ("tree_cpu_s", tree["cpu"]),
@@ -253,6 +286,49 @@ def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series],
     if util:
         res["gpu_util_percent"] = sum(util) / len(util)
     gmem = p["gpu_mem"].within(t0, t1)
+    if gmem:
+        res["gpu_mem_bytes"] = max(gmem)
+    return res
+
+
+def _one_shared(span: Span, p: dict[str, _Series], tree: dict[str, _Series], mem: Memory,
+                times: list[int]) -> dict[str, float]:
+    """_one where the process's series share their sample times: the same figures, by the same
+    arithmetic, from three bisects of the span's edges rather than one or two a series."""
+    t0, t1 = span.start_ns, span.end_ns
+    at0, at1 = bisect.bisect_left(times, t0), bisect.bisect_left(times, t1)
+    after1 = bisect.bisect_right(times, t1)
+    res: dict[str, float] = {}
+    # Each series' value at each edge, the four interpolated in one call an edge.
+    columns = [p["cpu"].values, p["read"].values, p["write"].values, p["rss"].values]
+    starts, ends = _at_all(times, columns, at0, t0), _at_all(times, columns, at1, t1)
+    for name, k in (("cpu_s", 0), ("tree_cpu_s", -1), ("read_bytes", 1), ("write_bytes", 2)):
+        if k < 0:  # the tree's samples: times of their own
+            d = _delta(tree["cpu"], t0, t1)
+            if d is not None:
+                res[name] = d
+        elif columns[k]:
+            res[name] = max(ends[k] - starts[k], 0.0)
+    rss = columns[3]
+    if rss:
+        peak = max([starts[3], ends[3], *rss[at0:after1]])
+        hwm = p["hwm"].values
+        if hwm:
+            before0 = bisect.bisect_right(times, t0)
+            hwm_before = hwm[before0 - 1] if before0 else None
+            hwm_after = hwm[at1] if at1 < len(hwm) else None
+            if hwm_before is not None and hwm_after is not None and hwm_after > hwm_before:
+                peak = max(peak, hwm_after)
+        res["peak_rss_bytes"] = peak
+    growths = mem.growth(t0, t1, (at0, at1, after1)) if mem.times else (None, None)
+    for name, bounds in zip(("rss_growth_bytes", "peak_growth_bytes"), growths, strict=True):
+        figure = pinned(bounds)
+        if figure is not None:
+            res[name] = figure
+    util = p["gpu_util"].values[at0:after1]
+    if util:
+        res["gpu_util_percent"] = sum(util) / len(util)
+    gmem = p["gpu_mem"].values[at0:after1]
     if gmem:
         res["gpu_mem_bytes"] = max(gmem)
     return res

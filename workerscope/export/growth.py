@@ -57,12 +57,14 @@ class Memory:
                 m.hwm.append(float(v.get("peak_rss_bytes", math.nan)))
         return m
 
-    def level(self, t: int) -> Bounds | None:
-        """Bounds on the RSS at t; clamped to the first and last samples (None if none)."""
+    def level(self, t: int, i: int | None = None) -> Bounds | None:
+        """Bounds on the RSS at t; clamped to the first and last samples (None if none).
+        i: bisect_left(self.times, t), where the caller has it already."""
         times, rss = self.times, self.rss
         if not times:
             return None
-        i = bisect.bisect_left(times, t)
+        if i is None:
+            i = bisect.bisect_left(times, t)
         if i < len(times) and times[i] == t:
             return rss[i], rss[i]
         if i == 0:
@@ -79,18 +81,28 @@ class Memory:
 
     def end_growth(self, t0: int, t1: int) -> Bounds | None:
         """Bounds on RSS at t1 minus RSS at t0."""
-        start, end = self.level(t0), self.level(t1)
-        if start is None or end is None:
-            return None
-        return end[0] - start[1], end[1] - start[0]
+        return self.growth(t0, t1)[0]
 
     def peak_growth(self, t0: int, t1: int) -> Bounds | None:
         """Bounds on the most the RSS rose above its level at t0 while [t0, t1] ran."""
-        start, end = self.level(t0), self.level(t1)
+        return self.growth(t0, t1)[1]
+
+    def growth(self, t0: int, t1: int,
+               at: tuple[int, int, int] | None = None) -> tuple[Bounds | None, Bounds | None]:
+        """(end_growth, peak_growth) of [t0, t1], each edge's level worked out once. at: the
+        caller's (bisect_left(times, t0), bisect_left(times, t1), bisect_right(times, t1))."""
+        times = self.times
+        if at is None:
+            at = (bisect.bisect_left(times, t0), bisect.bisect_left(times, t1),
+                  bisect.bisect_right(times, t1))
+        lo_i, end_i, hi_i = at
+        start, end = self.level(t0, lo_i), self.level(t1, end_i)
         if start is None or end is None:
-            return None
+            return None, None
+        return (end[0] - start[1], end[1] - start[0]), self._peak(t0, t1, start, end, lo_i, hi_i)
+
+    def _peak(self, t0: int, t1: int, start: Bounds, end: Bounds, lo_i: int, hi_i: int) -> Bounds:
         times, rss, hwm = self.times, self.rss, self.hwm
-        lo_i, hi_i = bisect.bisect_left(times, t0), bisect.bisect_right(times, t1)
         peak_lo = max(start[0], end[0], *rss[lo_i:hi_i])
         peak_hi = max(start[1], end[1], *rss[lo_i:hi_i])
         # Each sample interval that meets the span, where the high-water mark rose over it:
