@@ -3,6 +3,7 @@ double up to 50 ms (a sidecar that took 17 ms to exit kept its worker waiting 32
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -70,3 +71,11 @@ def test_close_all_waits_without_polling(sleeps: list[float]) -> None:
     link.close_all(wait=True)
     assert all(lk.proc is not None and lk.proc.returncode is not None for lk in running)
     assert sleeps == []
+
+
+def test_a_child_reaped_by_someone_else_is_not_waited_for() -> None:
+    """The job's own os.waitpid took the sidecar's status: nothing is left to wait for, and
+    its pid (free again) is not opened as if it were still the sidecar's."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    os.waitpid(proc.pid, 0)
+    assert link.await_exit(proc, 5) == 0  # Popen's own answer for a child reaped elsewhere

@@ -413,6 +413,8 @@ def await_exit(proc: subprocess.Popen[bytes], timeout: float) -> int:
     except (AttributeError, OSError):  # before Linux 5.3; or reaped by someone else
         return proc.wait(timeout=timeout)
     try:
+        if proc.poll() is not None:  # exited, or reaped by someone else, before the open: the
+            return proc.returncode  # pidfd may then name a new process that took its pid
         exited = select.poll()
         exited.register(fd, select.POLLIN)
         if not exited.poll(max(int(timeout * 1000), 0)):
