@@ -3,9 +3,11 @@ written after its last drain. The worker's next sidecar counts them, and says so
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 
@@ -13,6 +15,7 @@ import psutil
 from helpers import python_script
 
 from workerscope import Subscriber, protocol
+from workerscope.sidecar.rings import _unread_in
 
 KILLED_JOB = """
     import json, os, sys, time
@@ -58,6 +61,14 @@ def _wait(pred, proc, what, timeout=60):
         time.sleep(0.01)
 
 
+def _all_marked_read(pid):
+    """Whether the sidecar has marked as read every record of the worker's ring (a sidecar
+    after it then counts only what follows)."""
+    paths = [path for where in ("/dev/shm", tempfile.gettempdir())
+             for path in glob.glob(f"{where}/workerscope-{pid}-*/{pid}.ring")]
+    return bool(paths) and all(_unread_in(path) == (0, 0) for path in paths)
+
+
 def _gone(pid):
     """Dead, every thread of it: a zombie (the worker's child, not ours to reap) whose leader
     alone is left. Its leader turns zombie while its other threads still exit, with the pipe
@@ -94,7 +105,7 @@ def test_spans_a_killed_sidecar_never_read_are_counted(clean_env, tmp_path):
             _wait(lambda: os.path.exists(at + "ready1"), worker, "the first spans")
             (sidecar,) = psutil.Process(worker.pid).children()
             _wait(lambda: count("before") == 5, worker, "the first spans at the driver")
-            time.sleep(0.3)  # a few drains more: it has marked what it read
+            _wait(lambda: _all_marked_read(worker.pid), worker, "the mark of what was read")
             sidecar.send_signal(signal.SIGSTOP)
             open(at + "go1", "w").close()
             _wait(lambda: os.path.exists(at + "ready2"), worker, "the spans after the stop")

@@ -114,7 +114,9 @@ def test_a_handler_installed_from_c_is_left_alone(clean_env):
                 print("ready", flush=True)
                 sys.stdin.readline()
                 os.kill(os.getpid(), signal.SIGUSR2)
-                time.sleep(0.1)
+                deadline = time.monotonic() + 30  # the handler runs in whichever thread takes it
+                while not got and time.monotonic() < deadline:
+                    time.sleep(0.001)
             print(len(got), flush=True)
         """), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={**os.environ, "WORKERSCOPE_STACKS_SIGNAL": "SIGUSR2"})
