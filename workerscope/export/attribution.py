@@ -48,7 +48,7 @@ class _Series:
         """Linear interpolation at t, clamped to the first and last sample."""
         if not self.times:
             return None
-        return _at(self.times, self.values, bisect.bisect_left(self.times, t), t)
+        return _at_all(self.times, [self.values], bisect.bisect_left(self.times, t), t)[0]
 
     def within(self, t0: int, t1: int) -> list[float]:
         lo, hi = bisect.bisect_left(self.times, t0), bisect.bisect_right(self.times, t1)
@@ -63,25 +63,14 @@ class _Series:
         return self.values[i - 1] if i else None
 
 
-def _at(times: list[int], values: list[float], i: int, t: int) -> float:
-    """_Series.at(t) of a series with samples, given i = bisect_left(times, t)."""
-    if i == 0:
-        return values[0]
-    if i >= len(times):
-        return values[-1]
-    t0, t1 = times[i - 1], times[i]
-    v0, v1 = values[i - 1], values[i]
-    return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
-
-
 def _at_all(times: list[int], columns: list[list[float]], i: int, t: int) -> list[float]:
-    """_at of each column (0.0 for an empty one) at t, by _at's arithmetic."""
+    """Each column's value at t (0.0 for an empty one), interpolated linearly between the
+    samples around it and clamped to the first and last; i = bisect_left(times, t), so
+    times[i - 1] < t <= times[i] between them."""
     if i == 0 or i >= len(times):
         k = 0 if i == 0 else -1
         return [v[k] if v else 0.0 for v in columns]
     t0, t1 = times[i - 1], times[i]
-    if t1 <= t0:
-        return [v[i] if v else 0.0 for v in columns]
     dt, span = t - t0, t1 - t0
     return [v[i - 1] + (v[i] - v[i - 1]) * dt / span if v else 0.0 for v in columns]
 
@@ -302,12 +291,13 @@ def _one_shared(span: Span, p: dict[str, _Series], tree: dict[str, _Series], mem
     # Each series' value at each edge, the four interpolated in one call an edge.
     columns = [p["cpu"].values, p["read"].values, p["write"].values, p["rss"].values]
     starts, ends = _at_all(times, columns, at0, t0), _at_all(times, columns, at1, t1)
-    for name, k in (("cpu_s", 0), ("tree_cpu_s", -1), ("read_bytes", 1), ("write_bytes", 2)):
-        if k < 0:  # the tree's samples: times of their own
-            d = _delta(tree["cpu"], t0, t1)
-            if d is not None:
-                res[name] = d
-        elif columns[k]:
+    if columns[0]:
+        res["cpu_s"] = max(ends[0] - starts[0], 0.0)
+    tree_cpu = _delta(tree["cpu"], t0, t1)  # the tree's samples: times of their own
+    if tree_cpu is not None:
+        res["tree_cpu_s"] = tree_cpu
+    for name, k in (("read_bytes", 1), ("write_bytes", 2)):
+        if columns[k]:
             res[name] = max(ends[k] - starts[k], 0.0)
     rss = columns[3]
     if rss:
