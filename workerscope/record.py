@@ -13,16 +13,20 @@ the record's own), and that many bytes:
   D  what the driver's own facts (a msgpack map, see Facts: clock offsets, frames lost and
      dropped per worker, each worker's state, its last frame's time, and notes) changed by
      since the entry before: written once a second when something changed, and at close
-  Z  a compressed block that starts a deflate stream (zlib's raw stream, level LEVEL): what
-     it inflates to is entries as above without their checksums (a tag and a length each)
+  Z  a compressed block that starts a stream (a Zstandard frame, level LEVEL, a window of
+     2**WINDOW_LOG bytes): what it decompresses to is entries as above without their
+     checksums (a tag and a length each)
   z  a compressed block that goes on with the stream of the block before it
-Each round of the writer (every FLUSH_S at most) is one block, flushed to its end (a sync
+Each round of the writer (every FLUSH_S at most) is one block, flushed to its end (a block
 flush), so everything written is readable at once; a stream gives way to a new one after
 STREAM_BYTES of entries, so a damaged block costs the rest of its stream at most. Frames are
 in the order the driver folded them; the facts entries, merged in order, are the facts.
-Records of the second layout (RECORD_MAGIC_V2: F and D entries only, none compressed) and
-the first (RECORD_MAGIC_V1: no seed, no checksums, every facts entry whole, the last one
-applied) are still read.
+Records of the earlier layouts are still read, and one resumed goes on in its own: the third
+(RECORD_MAGIC_V3: the same entries, the blocks a zlib stream, level DEFLATE_LEVEL, with sync
+flushes; Zstandard makes a fleet's record ~0.75x the size for ~half the writer's CPU, see
+benchmarks/RESULTS.md), the second (RECORD_MAGIC_V2: F and D entries only, none compressed)
+and the first (RECORD_MAGIC_V1: no seed, no checksums, every facts entry whole, the last one
+applied).
 
 A damaged entry (its checksum does not match; its tag or length is not one a writer writes)
 is skipped: the reader looks for the next whole entry after it and goes on, and the entries
@@ -41,11 +45,12 @@ import os
 import re
 import stat
 import struct
+import sys
 import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from . import protocol
 from .builder import NOTE_CHARS, WORKER_NOTES_BYTES, TimelineBuilder
@@ -55,24 +60,36 @@ from .timeline import Timeline, open_no_foreign_link
 from .timeline import load as load_timeline
 from .units import fmt_bytes
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+
 _STATUS_VALUES = frozenset(s.value for s in Status)
 
 log = logging.getLogger("workerscope.record")
 
-RECORD_MAGIC = b"WSCREC\x00\x03"  # "WSCREC", a NUL, the layout's version
+RECORD_MAGIC = b"WSCREC\x00\x04"  # "WSCREC", a NUL, the layout's version
+RECORD_MAGIC_V3 = b"WSCREC\x00\x03"  # the blocks a zlib stream
 RECORD_MAGIC_V2 = b"WSCREC\x00\x02"  # entries as they are, none compressed
 RECORD_MAGIC_V1 = b"WSCREC\x00\x01"  # entries without checksums; facts entries whole
 FRAME = b"F"
 FACTS = b"D"
-STREAM = b"Z"  # a compressed block that starts a deflate stream
+STREAM = b"Z"  # a compressed block that starts a stream
 BLOCK = b"z"  # a compressed block that goes on with the stream of the one before
 _TAGS = (FRAME, FACTS)
-_TAGS_V3 = (FRAME, FACTS, STREAM, BLOCK)
+_TAGS_V3 = (FRAME, FACTS, STREAM, BLOCK)  # the third layout's and after
+_MAGICS = {1: RECORD_MAGIC_V1, 2: RECORD_MAGIC_V2, 3: RECORD_MAGIC_V3, 4: RECORD_MAGIC}
+_LAYOUTS = {magic: layout for layout, magic in _MAGICS.items()}
 _INNER = struct.Struct("<cI")  # an entry inside a block: tag, length (the block has the CRC)
 STREAM_BYTES = 8 * 1024 * 1024  # entries' bytes a stream holds before a new one starts
 BLOCK_BYTES = 1024 * 1024  # entries' bytes a block holds at most (or one entry)
 _INFLATE_CHUNK = 256 * 1024
-LEVEL = 1  # zlib's; level 6 makes a record 0.8x the size for 1.6x the writer's CPU (RESULTS)
+LEVEL = 1  # Zstandard's: level 3 made a fleet's record no smaller, for 1.4x the CPU (RESULTS)
+# A stream's window: 1 MiB. A larger one found nothing more in a fleet's frames (a worker's
+# frame before is thousands of frames back); a reader takes up to 2**_WINDOW_LOG_MAX.
+WINDOW_LOG = 20
+_WINDOW_LOG_MAX = 23
+DEFLATE_LEVEL = 1  # zlib's, for a record of the third layout resumed
 _SEED = struct.Struct("<I")
 _ENTRY_V1 = struct.Struct("<cI")
 _ENTRY = struct.Struct("<cII")  # tag, length, CRC-32
@@ -313,10 +330,10 @@ class RecordWriter:
     Past queue_bytes waiting (a disk slower than the frames), frames are dropped and counted
     in `dropped`; a failed write (a full disk) is counted in `failed` and said once.
 
-    compress: each round's entries go in one compressed block (STREAM, BLOCK) of a deflate
+    compress: each round's entries go in one compressed block (STREAM, BLOCK) of a Zstandard
     stream flushed at the block's end, so what the round wrote is readable at once and a
     long run costs a few tens of bytes a frame; False writes them as they are (layout 2).
-    A record resumed goes on in the layout it has."""
+    A record resumed goes on in the layout it has (`layout`: 1 to 4)."""
 
     def __init__(self, path: str | os.PathLike[str], queue_bytes: int = QUEUE_BYTES,
                  flush_s: float = FLUSH_S, mode: int = 0o644, resume: bool = False,
@@ -346,24 +363,27 @@ class RecordWriter:
         # with a good checksum (a reader looking for the entry after a damaged one would take
         # it for one); None: a record of the first layout, resumed in it.
         self._seed: int | None
-        magic = head[:len(RECORD_MAGIC)]
-        if magic == RECORD_MAGIC_V1:
-            self._seed, compress = None, False
-        elif magic in (RECORD_MAGIC, RECORD_MAGIC_V2) and len(head) == len(RECORD_MAGIC) + 4:
+        layout = _LAYOUTS.get(head[:len(RECORD_MAGIC)])
+        if layout == 1:
+            self._seed = None
+        elif layout is not None and len(head) == len(RECORD_MAGIC) + 4:
             self._seed = _SEED.unpack_from(head, len(RECORD_MAGIC))[0]
-            compress = magic == RECORD_MAGIC
         elif head:
             os.close(fd)
             raise WorkerscopeError(f"cannot go on writing {self.path!r}: it is not a record")
         else:
+            layout = 4 if compress else 2
             self._seed = _SEED.unpack(os.urandom(_SEED.size))[0]
             self.bytes = 0
-            start = (RECORD_MAGIC if compress else RECORD_MAGIC_V2) + _SEED.pack(self._seed)
+            start = _MAGICS[layout] + _SEED.pack(self._seed)
             self._write([start], len(start))
             self.bytes = len(start)
-        self.compress = compress
+        self.layout: int = layout
+        self.compress = layout >= 3
         self.raw_bytes = 0  # what the entries written hold, before compression
-        self._deflate: Any = None  # the stream's compressor; None: the next block starts one
+        # The stream's compressor (a block's entries in, its bytes out); None: the next block
+        # starts a stream.
+        self._stream: Callable[[bytes], bytes] | None = None
         self._stream_left = 0  # bytes of entries the stream takes before a new one starts
         self._queue: collections.deque[tuple[bytes, bytes]] = collections.deque()
         self._queued = 0  # bytes in _queue
@@ -439,7 +459,7 @@ class RecordWriter:
             size = sum(map(len, parts))
             ok = self._write(parts, size)
             if not ok:
-                self._deflate = None  # the block is not in the file: the next starts afresh
+                self._stream = None  # the block is not in the file: the next starts afresh
             with self._cond:
                 if ok:
                     self.bytes += size
@@ -465,17 +485,17 @@ class RecordWriter:
 
     def _block(self, batch: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes]:
         """One block of entries, compressed: (its tag, its bytes). A stream ends its blocks
-        with a sync flush (all of it can be inflated), and gives way to a new one past
-        STREAM_BYTES, so damage costs one stream at most."""
+        with a flush (all of it can be read), and gives way to a new one past STREAM_BYTES,
+        so damage costs one stream at most."""
         raw = b"".join(p for tag, data in batch for p in (_INNER.pack(tag, len(data)), data))
         tag = BLOCK
-        if self._deflate is None or self._stream_left <= 0:
-            self._deflate = zlib.compressobj(LEVEL)
+        if self._stream is None or self._stream_left <= 0:
+            self._stream = _compressor(self.layout)
             self._stream_left = STREAM_BYTES
             tag = STREAM
         self._stream_left -= len(raw)
         self.raw_bytes += len(raw)
-        return tag, self._deflate.compress(raw) + self._deflate.flush(zlib.Z_SYNC_FLUSH)
+        return tag, self._stream(raw)
 
     def _head(self, tag: bytes, data: bytes) -> bytes:
         if self._seed is None:
@@ -505,6 +525,75 @@ class RecordWriter:
         return True
 
 
+def _zstd() -> ModuleType:
+    """Zstandard: the standard library's from Python 3.14, its backport before (imported
+    when a record first needs it: a sidecar that writes none never pays for it)."""
+    try:
+        if sys.version_info >= (3, 14):
+            from compression import zstd
+        else:
+            from backports import zstd
+    except ImportError as err:  # an install that left out a dependency
+        raise WorkerscopeError(f"records are compressed with Zstandard, which this Python "
+                               f"lacks ({err}): pip install backports.zstd") from err
+    return zstd
+
+
+def _compressor(layout: int) -> Callable[[bytes], bytes]:
+    """A new stream of the layout's: each call compresses one block and flushes it."""
+    if layout == 3:
+        deflate = zlib.compressobj(DEFLATE_LEVEL)
+        return lambda raw: deflate.compress(raw) + deflate.flush(zlib.Z_SYNC_FLUSH)
+    zstd = _zstd()
+    stream = zstd.ZstdCompressor(options={zstd.CompressionParameter.compression_level: LEVEL,
+                                          zstd.CompressionParameter.window_log: WINDOW_LOG})
+    return lambda raw: stream.compress(raw, zstd.ZstdCompressor.FLUSH_BLOCK)
+
+
+class _Unreadable(Exception):
+    """A block's bytes do not decompress (damaged, or not of this stream)."""
+
+
+class _Decompressor:
+    """One stream being read: a block's bytes in, what they hold out a bounded chunk at a
+    time (a block that decompresses to gigabytes never holds more than a chunk)."""
+
+    def __init__(self, layout: int) -> None:
+        self.layout = layout
+        if layout == 3:
+            self._zlib = zlib.decompressobj()
+        else:
+            zstd = _zstd()
+            self._errors: tuple[type[Exception], ...] = (zstd.ZstdError, EOFError)
+            self._zstd = zstd.ZstdDecompressor(
+                options={zstd.DecompressionParameter.window_log_max: _WINDOW_LOG_MAX})
+
+    def chunks(self, data: bytes) -> Iterator[bytes]:
+        """What data decompresses to, in chunks of at most _INFLATE_CHUNK bytes; raises
+        _Unreadable where it does not."""
+        if self.layout == 3:
+            while True:
+                try:
+                    chunk = self._zlib.decompress(data, _INFLATE_CHUNK)
+                except zlib.error as err:
+                    raise _Unreadable from err
+                data = self._zlib.unconsumed_tail
+                yield chunk
+                if not data and len(chunk) < _INFLATE_CHUNK:
+                    return
+        while True:
+            try:
+                chunk = self._zstd.decompress(data, _INFLATE_CHUNK)
+            except self._errors as err:
+                raise _Unreadable from err
+            data = b""
+            yield chunk
+            if self._zstd.eof and self._zstd.unused_data:
+                raise _Unreadable  # a stream ended inside a block: not a writer's
+            if self._zstd.needs_input:
+                return
+
+
 def _crc(seed: int, tag: bytes, size: int, data: bytes) -> int:
     return zlib.crc32(data, zlib.crc32(_ENTRY_V1.pack(tag, size), seed))
 
@@ -515,7 +604,7 @@ class RecordReader:
     the number of bytes at the end that did not make a whole entry (a driver killed
     mid-write), 0 for a whole record; `damaged` the runs of bytes skipped before a whole
     entry (or the end) was found again, and `skipped` their bytes. `version`: the layout's
-    (1 or 2), known once the loop began."""
+    (1 to 4), known once the loop began."""
 
     def __init__(self, path: str | os.PathLike[str], limit: int | None = None) -> None:
         self.path = os.fspath(path)
@@ -526,7 +615,7 @@ class RecordReader:
         self.frames = 0
         self.version = 2
         self._seed = 0
-        self._inflate: Any = None  # the stream being read; None: none, or its start was lost
+        self._inflate: _Decompressor | None = None  # the stream read; None: none, or lost
 
     def __iter__(self) -> Iterator[Entry]:
         with _open_regular(self.path) as f:
@@ -534,12 +623,12 @@ class RecordReader:
             if not head:
                 raise FileFormatError(f"{self.path!r} is empty: the driver that was recording "
                                        "it stopped before writing anything")
-            magic = head[:len(RECORD_MAGIC)]
-            if magic == RECORD_MAGIC_V1:
+            layout = _LAYOUTS.get(head[:len(RECORD_MAGIC)])
+            if layout == 1:
                 self.version, pos = 1, len(RECORD_MAGIC_V1)
-            elif magic in (RECORD_MAGIC, RECORD_MAGIC_V2) and len(head) == len(magic) + 4:
+            elif layout is not None and len(head) == len(RECORD_MAGIC) + 4:
                 self._seed, pos = _SEED.unpack_from(head, len(RECORD_MAGIC))[0], len(head)
-                self.version = 3 if magic == RECORD_MAGIC else 2
+                self.version = layout
             else:
                 raise FileFormatError(f"{self.path!r} is not a workerscope record")
             size = os.fstat(f.fileno()).st_size
@@ -591,7 +680,7 @@ class RecordReader:
         if len(head) < header.size:
             return None, -1
         tag, size = _ENTRY_V1.unpack_from(head)
-        if tag not in (_TAGS_V3 if self.version == 3 else _TAGS) or size > _MAX_ENTRY:
+        if tag not in (_TAGS_V3 if self.version >= 3 else _TAGS) or size > _MAX_ENTRY:
             return None, 0
         end = pos + header.size + size
         if end > window.end:
@@ -602,40 +691,36 @@ class RecordReader:
         return Entry(tag, data), end
 
     def _inflated(self, block: Entry) -> Iterator[Entry]:
-        """The entries of a compressed block, inflated a chunk at a time (a block of 1 MiB
-        never takes 1 MiB more to read). Sets `_inflate` to None where the block cannot be
-        read to its end: a BLOCK whose stream's start was lost, bytes that do not inflate,
-        or an entry left unfinished (a writer ends each block with a whole one)."""
+        """The entries of a compressed block, decompressed a chunk at a time (a block of
+        1 MiB never takes 1 MiB more to read). Sets `_inflate` to None where the block cannot
+        be read to its end: a BLOCK whose stream's start was lost, bytes that do not
+        decompress, or an entry left unfinished (a writer ends each block with a whole one)."""
         if block.tag == STREAM:
-            self._inflate = zlib.decompressobj()
+            self._inflate = _Decompressor(self.version)
         inflate = self._inflate
         if inflate is None:
             return
-        data, rest = block.data, b""
-        while True:
-            try:
-                chunk = inflate.decompress(data, _INFLATE_CHUNK)
-            except zlib.error:
-                self._inflate = None
-                return
-            data = inflate.unconsumed_tail
-            raw = rest + chunk if rest else chunk
-            pos = 0
-            while pos + _INNER.size <= len(raw):
-                tag, size = _INNER.unpack_from(raw, pos)
-                if tag not in _TAGS or size > _MAX_ENTRY:
+        rest = b""
+        try:
+            for chunk in inflate.chunks(block.data):
+                raw = rest + chunk if rest else chunk
+                pos = 0
+                while pos + _INNER.size <= len(raw):
+                    tag, size = _INNER.unpack_from(raw, pos)
+                    if tag not in _TAGS or size > _MAX_ENTRY:
+                        self._inflate = None
+                        return
+                    if pos + _INNER.size + size > len(raw):
+                        break
+                    yield Entry(tag, raw[pos + _INNER.size:pos + _INNER.size + size])
+                    pos += _INNER.size + size
+                rest = raw[pos:]
+                if len(rest) > _MAX_ENTRY + _INNER.size:
                     self._inflate = None
                     return
-                if pos + _INNER.size + size > len(raw):
-                    break
-                yield Entry(tag, raw[pos + _INNER.size:pos + _INNER.size + size])
-                pos += _INNER.size + size
-            rest = raw[pos:]
-            if not data and len(chunk) < _INFLATE_CHUNK:
-                break
-            if len(rest) > _MAX_ENTRY + _INNER.size:
-                self._inflate = None
-                return
+        except _Unreadable:
+            self._inflate = None
+            return
         if rest:
             self._inflate = None
 
@@ -689,7 +774,7 @@ def is_record(path: str | os.PathLike[str]) -> bool:
     """Whether the file begins as a record does (an empty file counts: a record's start)."""
     with _open_regular(os.fspath(path)) as f:
         head = f.read(len(RECORD_MAGIC))
-    return head in (RECORD_MAGIC, RECORD_MAGIC_V2, RECORD_MAGIC_V1) or not head
+    return head in _LAYOUTS or not head
 
 
 def read_record(path: str | os.PathLike[str], limit: int | None = None,

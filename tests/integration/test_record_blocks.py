@@ -1,15 +1,23 @@
-"""The compressed record: each round of the writer is one block of a deflate stream, so a
-long run costs tens of bytes a frame, everything written is readable at once, a record cut
-inside its last block loads up to the block before, and a damaged block costs the rest of its
-stream, no more. Records of the earlier layouts still load, and a resumed one keeps its own."""
+"""The compressed record: each round of the writer is one block of a stream (Zstandard; zlib
+in a record of the third layout, resumed), so a long run costs tens of bytes a frame,
+everything written is readable at once, a record cut inside its last block loads up to the
+block before, and a damaged block costs the rest of its stream, no more. Records of the
+earlier layouts still load, and a resumed one keeps its own."""
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
+import zlib
+
+import pytest
 
 from workerscope import load, protocol, record
 from workerscope.record import RecordReader, RecordWriter
+
+LAYOUTS = (3, 4)  # the compressed ones: zlib, Zstandard
 
 ANCHOR = [1_700_000_000_000_000_000, 1_000_000_000]
 WID = protocol.worker_id("host-a", 100, 200)
@@ -44,10 +52,16 @@ def _frames() -> list[list[bytes]]:
     return rounds
 
 
-def _write(path: str, rounds: list[list[bytes]], compress: bool = True) -> list[int]:
+def _write(path: str, rounds: list[list[bytes]], compress: bool = True,
+           layout: int = 4) -> list[int]:
     """The rounds through the real writer, each flushed as the writer's own rounds are; the
-    file's length after each."""
-    writer = RecordWriter(path, compress=compress)
+    file's length after each. layout 3: a record of the third layout begun (its header, as
+    the code before wrote it) and resumed, as a driver started again on it does."""
+    if layout == 3:
+        with open(path, "wb") as f:
+            f.write(record.RECORD_MAGIC_V3 + os.urandom(4))
+    writer = RecordWriter(path, compress=compress, resume=layout == 3)
+    assert writer.layout == (layout if compress else 2)
     ends = []
     for batch in rounds:
         for frame in batch:
@@ -85,15 +99,31 @@ def test_a_compressed_record_is_small_and_loads_as_the_plain_one(tmp_path):
         os.path.getsize(small) / frames, os.path.getsize(plain) / frames)
     reader = RecordReader(small)
     assert len(list(reader)) == frames and reader.frames == frames
-    assert reader.version == 3 and reader.damaged == 0 and reader.torn == 0
+    assert reader.version == 4 and reader.damaged == 0 and reader.torn == 0
 
 
-def test_a_record_killed_mid_block_loads_up_to_its_last_whole_block(tmp_path, caplog):
+def test_zstandard_blocks_are_smaller_than_the_zlib_ones(tmp_path):
+    """The same rounds in the third layout's zlib blocks and the fourth's Zstandard: the same
+    entries back, in fewer bytes."""
+    rounds = _frames()
+    sizes = {}
+    for layout in LAYOUTS:
+        path = str(tmp_path / f"l{layout}.wsc")
+        _write(path, rounds, layout=layout)
+        reader = RecordReader(path)
+        assert [e.data for e in reader] == [f for batch in rounds for f in batch]
+        assert reader.version == layout
+        sizes[layout] = os.path.getsize(path)
+    assert sizes[4] < sizes[3], sizes
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_record_killed_mid_block_loads_up_to_its_last_whole_block(tmp_path, caplog, layout):
     """Cut inside its last block (a driver killed while writing it): every frame of the
     blocks before loads, the torn block is said, nothing is called damaged."""
     rounds = _frames()
     path = str(tmp_path / "z.wsc")
-    ends = _write(path, rounds)
+    ends = _write(path, rounds, layout=layout)
     cut = (ends[-3] + ends[-2]) // 2  # inside the last round of samples
     with open(path, "r+b") as f:
         f.truncate(cut)
@@ -107,13 +137,14 @@ def test_a_record_killed_mid_block_loads_up_to_its_last_whole_block(tmp_path, ca
     assert reader.torn == cut - ends[-3] and reader.damaged == 0
 
 
-def test_a_damaged_block_costs_the_rest_of_its_stream_only(tmp_path, monkeypatch):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_damaged_block_costs_the_rest_of_its_stream_only(tmp_path, monkeypatch, layout):
     """One byte changed in a block: that block and the others of its stream are skipped
     and said; the next stream's blocks load, and the job still ends ok."""
     monkeypatch.setattr(record, "STREAM_BYTES", 1)  # a stream a block: the worst case 2
     rounds = _frames()
     path = str(tmp_path / "z.wsc")
-    ends = _write(path, rounds)
+    ends = _write(path, rounds, layout=layout)
     monkeypatch.setattr(record, "STREAM_BYTES", 8 * 1024 * 1024)
     _flip(path, (ends[4] + ends[5]) // 2)  # inside round 5's block
     t = load(path)
@@ -125,12 +156,13 @@ def test_a_damaged_block_costs_the_rest_of_its_stream_only(tmp_path, monkeypatch
     assert reader.damaged == 1 and reader.skipped == ends[5] - ends[4]
 
 
-def test_blocks_after_a_damaged_one_in_its_stream_are_skipped_not_misread(tmp_path):
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_blocks_after_a_damaged_one_in_its_stream_are_skipped_not_misread(tmp_path, layout):
     """In one stream, a block that cannot be read takes the stream's later blocks with it:
-    they are counted as damaged, never inflated from a wrong history."""
+    they are counted as damaged, never decompressed from a wrong history."""
     rounds = _frames()
     path = str(tmp_path / "z.wsc")
-    ends = _write(path, rounds)  # one stream: well under STREAM_BYTES
+    ends = _write(path, rounds, layout=layout)  # one stream: well under STREAM_BYTES
     _flip(path, (ends[2] + ends[3]) // 2)  # inside round 3's block
     reader = RecordReader(path)
     entries = list(reader)
@@ -139,12 +171,14 @@ def test_blocks_after_a_damaged_one_in_its_stream_are_skipped_not_misread(tmp_pa
 
 
 def test_a_resumed_record_keeps_its_layout(tmp_path):
-    """A record of layout 2 goes on as it is; one of layout 3 in blocks; both load whole."""
+    """A record of layout 2 goes on as it is; one of layout 3 in zlib blocks, of layout 4
+    in Zstandard ones; each loads whole."""
     rounds = _frames()
-    for compress, version in ((False, 2), (True, 3)):
+    for compress, version in ((False, 2), (True, 3), (True, 4)):
         path = str(tmp_path / f"r{version}.wsc")
-        _write(path, rounds[:5], compress=compress)
+        _write(path, rounds[:5], compress=compress, layout=version)
         writer = RecordWriter(path, resume=True)
+        assert writer.layout == version
         for batch in rounds[5:]:
             for frame in batch:
                 assert writer.append(frame)
@@ -153,3 +187,76 @@ def test_a_resumed_record_keeps_its_layout(tmp_path):
         assert len(list(reader)) == sum(map(len, rounds)) and reader.version == version
         assert reader.damaged == 0
         assert [(j.name, j.status) for j in load(path).jobs] == [("j", "ok")]
+
+
+BOMB_READER = """
+import resource, sys
+from workerscope.record import RecordReader
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+reader = RecordReader(sys.argv[1])
+entries = list(reader)
+grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+print(len(entries), reader.damaged, grew)
+"""
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_block_that_decompresses_to_gigabytes_costs_no_memory(tmp_path, layout):
+    """A hostile record: one small block holding a whole entry and then 1 GiB of zeros. The
+    reader takes the entry, finds no entry after it, and stops there, its stream damaged:
+    its memory grows by a chunk or two, not by the bomb."""
+    path = str(tmp_path / "bomb.wsc")
+    with open(path, "wb") as f:
+        f.write(record._MAGICS[layout] + os.urandom(4))
+    writer = RecordWriter(path, resume=True)
+    seed = writer._seed
+    writer.close()
+    assert seed is not None
+    head = record._INNER.pack(record.FRAME, 1000) + bytes(1000)
+    zeros = bytes(64 * 1024**2)
+    if layout == 3:
+        deflate = zlib.compressobj(9)
+        data = deflate.compress(head) + b"".join(deflate.compress(zeros) for _ in range(16))
+        data += deflate.flush()
+    else:
+        zstd = record._zstd()
+        stream = zstd.ZstdCompressor()
+        data = stream.compress(head) + b"".join(stream.compress(zeros) for _ in range(16))
+        data += stream.flush()
+    assert len(data) < 4 * 1024**2  # small on disk, under 1/256 of what it holds
+    with open(path, "ab") as f:
+        f.write(record._ENTRY.pack(record.STREAM, len(data),
+                                   record._crc(seed, record.STREAM, len(data), data)) + data)
+    out = subprocess.run([sys.executable, "-c", BOMB_READER, path], capture_output=True,
+                         text=True, timeout=120, check=True).stdout.split()
+    entries, damaged, grew_kb = map(int, out)
+    assert entries == 1 and damaged == 1
+    assert grew_kb < 64 * 1024, f"reading the bomb grew the reader {grew_kb} KiB"
+
+
+def test_a_stream_that_asks_for_a_larger_window_is_refused_not_allocated(tmp_path):
+    """A Zstandard stream whose header asks for a 128 MiB window (a reader would allocate it)
+    is damaged, not read; the blocks of a later stream still are."""
+    rounds = _frames()
+    path = str(tmp_path / "wide.wsc")
+    _write(path, rounds[:2])
+    size = os.path.getsize(path)
+    zstd = record._zstd()
+    wide = zstd.ZstdCompressor(options={zstd.CompressionParameter.window_log: 27})
+    raw = b"".join(record._INNER.pack(record.FRAME, len(f)) + f for f in rounds[2])
+    data = wide.compress(raw, zstd.ZstdCompressor.FLUSH_BLOCK)
+    reader = RecordReader(path)
+    list(reader)
+    seed = reader._seed
+    with open(path, "ab") as f:
+        f.write(record._ENTRY.pack(record.STREAM, len(data),
+                                   record._crc(seed, record.STREAM, len(data), data)) + data)
+    writer = RecordWriter(path, resume=True)  # a new stream after it
+    for frame in rounds[3]:
+        assert writer.append(frame)
+    writer.close()
+    reader = RecordReader(path)
+    entries = [e.data for e in reader]
+    assert entries == [f for batch in (rounds[0], rounds[1], rounds[3]) for f in batch]
+    assert reader.damaged == 1 and reader.skipped == record._ENTRY.size + len(data)
+    assert size < os.path.getsize(path)
