@@ -1,0 +1,140 @@
+"""The record's bytes and CPU a frame, by layout, on a fleet's frames (issue 25's fourth item).
+
+    python benchmarks/bench_record.py [--workers 4096] [--seconds 10] [--round 2200]
+
+The frames are bench_fleet's: one real heavy job's (a worker and 3 children, a @timed function
+called 20 times a second) as templates, then WORKERS simulated workers each sending a sample
+of its 4-process tree and a spans frame of 20 spans every second, interleaved as a fleet's
+arrive. They go through the real RecordWriter, flushed every ROUND frames (a 4,096-worker
+fleet sends ~2,200 in one of the writer's 0.25 s rounds), into each layout a writer can write:
+  2  entries as they are (the floor: no compression)
+  3  each round a block of a zlib stream (level 1, sync flushes): the layout before
+  4  each round a block of a Zstandard stream (level 1, a 1 MiB window): today's
+Per layout: bytes a frame (the file over the frames), of sample and spans frames alone (each
+kind written on its own), the writer's CPU a frame (this process's, its thread included:
+queueing, compressing, writing) and the reader's (RecordReader over the file: reading,
+checking, decompressing). Best of 3 runs each, interleaved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_fleet import FakeWorker, real_frames  # noqa: E402
+
+from workerscope import protocol, record  # noqa: E402
+from workerscope.record import RecordReader, RecordWriter  # noqa: E402
+
+LAYOUTS = {2: "as they are", 3: "zlib blocks", 4: "Zstandard blocks"}
+
+
+class _Capture:
+    """A socket that keeps what is sent."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        self.frames.append(data)
+
+    def recv(self, flags: int = 0) -> bytes:
+        raise OSError("nothing to receive")
+
+
+def fleet_frames(workers: int, seconds: int) -> list[bytes]:
+    templates = real_frames(20)
+    sock = _Capture()
+    fleet = [FakeWorker(sock, f"host-{i % 64}", 10_000 + 8 * i, 40_000 + i,  # type: ignore[arg-type]
+                        f"boot-{i % 64}", templates, 20) for i in range(workers)]
+    now = time.time_ns()
+    for w in fleet:
+        w.start_job(now)
+    for s in range(seconds):
+        now += 1_000_000_000
+        for k, w in enumerate(fleet):
+            w.tick(s, now + k * 200_000)  # their sends spread over the second
+    for w in fleet:
+        w.bye(now + 1_000_000_000)
+    return sock.frames
+
+
+def write(path: str, frames: list[bytes], layout: int, round_frames: int) -> float:
+    """The frames into a record of the layout; CPU seconds it took."""
+    if layout == 3:  # a record of the third layout, resumed: the writer goes on in it
+        with open(path, "wb") as f:
+            f.write(record.RECORD_MAGIC_V3 + os.urandom(4))
+    t0 = time.process_time()
+    writer = RecordWriter(path, compress=layout != 2, resume=layout == 3)
+    for i, frame in enumerate(frames, 1):
+        if not writer.append(frame):
+            raise RuntimeError("the writer's queue was full")
+        if i % round_frames == 0:
+            writer.flush()
+    writer.close()
+    assert writer.layout == layout and writer.frames == len(frames)
+    return time.process_time() - t0
+
+
+def read(path: str, frames: int) -> float:
+    t0 = time.process_time()
+    reader = RecordReader(path)
+    n = sum(1 for _ in reader)
+    if n != frames or reader.damaged or reader.torn:
+        raise RuntimeError(f"read {n} of {frames} entries, {reader.damaged} damaged")
+    return time.process_time() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=4096)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--round", type=int, default=2200, help="frames a writer's round")
+    args = ap.parse_args()
+    frames = fleet_frames(args.workers, args.seconds)
+    kinds = [protocol.decode_frame(f).kind for f in frames]
+    by_kind = {k: [f for f, fk in zip(frames, kinds, strict=True) if fk == k]
+               for k in (protocol.SAMPLE, protocol.SPANS)}
+    print(f"# {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(f"# {args.workers} workers x {args.seconds} s: {len(frames):,} frames, "
+          f"{sum(map(len, frames)) / len(frames):,.0f} B a frame as sent; "
+          f"a writer's round {args.round} frames; best of 3")
+    folder = tempfile.mkdtemp()
+    best: dict[tuple[int, str], float] = {}
+    for _ in range(3):
+        for layout in LAYOUTS:
+            path = os.path.join(folder, f"l{layout}.wsc")
+            w = write(path, frames, layout, args.round)
+            r = read(path, len(frames))
+            size = os.path.getsize(path)
+            for key, value in (("w", w), ("r", r), ("b", size)):
+                best[layout, key] = min(best.get((layout, key), value), value)
+            for kind, sel in by_kind.items():
+                write(path, sel, layout, args.round)
+                best[layout, kind] = os.path.getsize(path) / len(sel)
+            os.unlink(path)
+    n = len(frames)
+    print()
+    print(f"{'layout':<24}{'B/frame':>9}{'sample':>9}{'spans':>9}{'B/span':>8}"
+          f"{'write us':>10}{'read us':>9}")
+    print("-" * 78)
+    for layout, name in LAYOUTS.items():
+        spans = best[layout, protocol.SPANS]
+        print(f"{f'{layout} {name}':<24}{best[layout, 'b'] / n:>9.1f}"
+              f"{best[layout, protocol.SAMPLE]:>9.1f}{spans:>9.1f}{spans / 20:>8.2f}"
+              f"{1e6 * best[layout, 'w'] / n:>10.2f}{1e6 * best[layout, 'r'] / n:>9.2f}")
+    print(f"\nZstandard / zlib: {best[4, 'b'] / best[3, 'b']:.2f}x the bytes, "
+          f"{best[4, 'w'] / best[3, 'w']:.2f}x the writer's CPU, "
+          f"{best[4, 'r'] / best[3, 'r']:.2f}x the reader's; "
+          f"a frame {best[4, 'b'] / n:.0f} B (want <= 100)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
