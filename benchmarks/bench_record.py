@@ -5,11 +5,13 @@
 The frames are bench_fleet's: one real heavy job's (a worker and 3 children, a @timed function
 called 20 times a second) as templates, then WORKERS simulated workers each sending a sample
 of its 4-process tree and a spans frame of 20 spans every second, interleaved as a fleet's
-arrive. They go through the real RecordWriter, flushed every ROUND frames (a 4,096-worker
-fleet sends ~2,200 in one of the writer's 0.25 s rounds), into each layout a writer can write:
+arrive (8 senders' workers in turn, each frame's time read off a clock: no two alike). They
+go through the real RecordWriter, flushed every ROUND frames (a 4,096-worker fleet sends
+~2,200 in one of the writer's 0.25 s rounds), into each layout a writer can write:
   2  entries as they are (the floor: no compression)
   3  each round a block of a zlib stream (level 1, sync flushes): the layout before
-  4  each round a block of a Zstandard stream (level 1, a 1 MiB window): today's
+  4  each round a block of a Zstandard stream (level 1, a 1 MiB window): today's; and at
+     level 3, Zstandard's own default, beside it
 Per layout: bytes a frame (the file over the frames), of sample and spans frames alone (each
 kind written on its own), the writer's CPU a frame (this process's, its thread included:
 queueing, compressing, writing) and the reader's (RecordReader over the file: reading,
@@ -21,18 +23,22 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import random
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_fleet import FakeWorker, real_frames  # noqa: E402
+from bench_fleet import FakeWorker, real_frames
 
-from workerscope import protocol, record  # noqa: E402
-from workerscope.record import RecordReader, RecordWriter  # noqa: E402
+from workerscope import protocol, record
+from workerscope.record import RecordReader, RecordWriter
 
-LAYOUTS = {2: "as they are", 3: "zlib blocks", 4: "Zstandard blocks"}
+SENDERS = 8
+# Each case: (layout, Zstandard level), what it is.
+CASES = {(2, 0): "as they are", (3, 0): "zlib blocks", (4, 1): "Zstandard blocks",
+         (4, 3): "Zstandard, level 3"}
 
 
 class _Capture:
@@ -49,6 +55,7 @@ class _Capture:
 
 
 def fleet_frames(workers: int, seconds: int) -> list[bytes]:
+    step = 1_000_000_000 * SENDERS // workers
     templates = real_frames(20)
     sock = _Capture()
     fleet = [FakeWorker(sock, f"host-{i % 64}", 10_000 + 8 * i, 40_000 + i,  # type: ignore[arg-type]
@@ -56,10 +63,16 @@ def fleet_frames(workers: int, seconds: int) -> list[bytes]:
     now = time.time_ns()
     for w in fleet:
         w.start_job(now)
+    rng = random.Random(1)
+    groups = [fleet[i::SENDERS] for i in range(SENDERS)]  # as bench_fleet's senders hold them
     for s in range(seconds):
         now += 1_000_000_000
-        for k, w in enumerate(fleet):
-            w.tick(s, now + k * 200_000)  # their sends spread over the second
+        # Each sender's workers in turn, the senders' sends interleaved, each at a time of its
+        # own spread over the second (a clock read: no two alike, as a real fleet's).
+        for k in range(len(groups[0])):
+            for group in groups:
+                if k < len(group):
+                    group[k].tick(s, now + k * step + rng.randrange(step))
     for w in fleet:
         w.bye(now + 1_000_000_000)
     return sock.frames
@@ -106,33 +119,40 @@ def main() -> int:
           f"{sum(map(len, frames)) / len(frames):,.0f} B a frame as sent; "
           f"a writer's round {args.round} frames; best of 3")
     folder = tempfile.mkdtemp()
-    best: dict[tuple[int, str], float] = {}
+    best: dict[tuple[int, int, str], float] = {}
     for _ in range(3):
-        for layout in LAYOUTS:
+        for layout, level in CASES:
+            record.LEVEL = level or record.LEVEL
             path = os.path.join(folder, f"l{layout}.wsc")
             w = write(path, frames, layout, args.round)
             r = read(path, len(frames))
             size = os.path.getsize(path)
             for key, value in (("w", w), ("r", r), ("b", size)):
-                best[layout, key] = min(best.get((layout, key), value), value)
+                best[layout, level, key] = min(best.get((layout, level, key), value), value)
             for kind, sel in by_kind.items():
                 write(path, sel, layout, args.round)
-                best[layout, kind] = os.path.getsize(path) / len(sel)
+                best[layout, level, kind] = os.path.getsize(path) / len(sel)
             os.unlink(path)
     n = len(frames)
     print()
     print(f"{'layout':<24}{'B/frame':>9}{'sample':>9}{'spans':>9}{'B/span':>8}"
           f"{'write us':>10}{'read us':>9}")
     print("-" * 78)
-    for layout, name in LAYOUTS.items():
-        spans = best[layout, protocol.SPANS]
-        print(f"{f'{layout} {name}':<24}{best[layout, 'b'] / n:>9.1f}"
-              f"{best[layout, protocol.SAMPLE]:>9.1f}{spans:>9.1f}{spans / 20:>8.2f}"
-              f"{1e6 * best[layout, 'w'] / n:>10.2f}{1e6 * best[layout, 'r'] / n:>9.2f}")
-    print(f"\nZstandard / zlib: {best[4, 'b'] / best[3, 'b']:.2f}x the bytes, "
-          f"{best[4, 'w'] / best[3, 'w']:.2f}x the writer's CPU, "
-          f"{best[4, 'r'] / best[3, 'r']:.2f}x the reader's; "
-          f"a frame {best[4, 'b'] / n:.0f} B (want <= 100)")
+    for (layout, level), name in CASES.items():
+        b = {k: best[layout, level, k] for k in ("b", "w", "r", protocol.SAMPLE, protocol.SPANS)}
+        print(f"{f'{layout} {name}':<24}{b['b'] / n:>9.1f}{b[protocol.SAMPLE]:>9.1f}"
+              f"{b[protocol.SPANS]:>9.1f}{b[protocol.SPANS] / 20:>8.2f}"
+              f"{1e6 * b['w'] / n:>10.2f}{1e6 * b['r'] / n:>9.2f}")
+    def ratio(a: tuple[int, int], b: tuple[int, int], key: str) -> float:
+        return best[a[0], a[1], key] / best[b[0], b[1], key]
+
+    zstd, zlib, zstd3 = (4, 1), (3, 0), (4, 3)
+    print(f"\nZstandard / zlib: {ratio(zstd, zlib, 'b'):.2f}x the bytes, "
+          f"{ratio(zstd, zlib, 'w'):.2f}x the writer's CPU, "
+          f"{ratio(zstd, zlib, 'r'):.2f}x the reader's; "
+          f"a frame {best[4, 1, 'b'] / n:.0f} B (want <= 100); level 3 / level 1: "
+          f"{ratio(zstd3, zstd, 'b'):.2f}x the bytes, {ratio(zstd3, zstd, 'w'):.2f}x the "
+          "writer's CPU")
     return 0
 
 

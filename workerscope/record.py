@@ -23,7 +23,7 @@ STREAM_BYTES of entries, so a damaged block costs the rest of its stream at most
 in the order the driver folded them; the facts entries, merged in order, are the facts.
 Records of the earlier layouts are still read, and one resumed goes on in its own: the third
 (RECORD_MAGIC_V3: the same entries, the blocks a zlib stream, level DEFLATE_LEVEL, with sync
-flushes; Zstandard makes a fleet's record ~0.75x the size for ~half the writer's CPU, see
+flushes; Zstandard makes a fleet's record ~0.8x the size for ~0.65x the writer's CPU, see
 benchmarks/RESULTS.md), the second (RECORD_MAGIC_V2: F and D entries only, none compressed)
 and the first (RECORD_MAGIC_V1: no seed, no checksums, every facts entry whole, the last one
 applied).
@@ -84,7 +84,7 @@ _INNER = struct.Struct("<cI")  # an entry inside a block: tag, length (the block
 STREAM_BYTES = 8 * 1024 * 1024  # entries' bytes a stream holds before a new one starts
 BLOCK_BYTES = 1024 * 1024  # entries' bytes a block holds at most (or one entry)
 _INFLATE_CHUNK = 256 * 1024
-LEVEL = 1  # Zstandard's: level 3 made a fleet's record no smaller, for 1.4x the CPU (RESULTS)
+LEVEL = 1  # Zstandard's: level 3 made a fleet's record 1.09x larger, for 1.26x the CPU (RESULTS)
 # A stream's window: 1 MiB. A larger one found nothing more in a fleet's frames (a worker's
 # frame before is thousands of frames back); a reader takes up to 2**_WINDOW_LOG_MAX.
 WINDOW_LOG = 20
