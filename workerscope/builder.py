@@ -11,7 +11,7 @@ import dataclasses
 import math
 import operator
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from . import protocol
 from .errors import ProtocolError
@@ -941,19 +941,31 @@ def _in_range(t: Timeline, offsets: dict[str, int]) -> dict[str, int]:
     return wanted
 
 
+_Event = TypeVar("_Event", Sample, Span, Mark, Job)
+
+
+def moved(event: _Event, **changes: int | None) -> _Event:
+    """A copy of a frozen event with some of its fields changed: what dataclasses.replace
+    makes of these classes (no __post_init__, no field left out of __init__: a unit test
+    holds them to it), at a tenth of its cost, which a record of millions of spans, each
+    moved onto the driver's clock, paid for a third of its load()."""
+    new = object.__new__(type(event))
+    new.__dict__.update(event.__dict__, **changes)
+    return new
+
+
 def _shift(t: Timeline, offsets: dict[str, int]) -> None:
     """Move each worker's events by its clock offset onto the driver's clock."""
     offsets = _in_range(t, offsets)
-    rep = dataclasses.replace
-    t.samples = [rep(s, t_ns=s.t_ns - offsets[s.worker]) if offsets.get(s.worker) else s
+    get = offsets.get
+    t.samples = [moved(s, t_ns=s.t_ns - off) if (off := get(s.worker)) else s
                  for s in t.samples]
-    t.spans = [rep(s, start_ns=s.start_ns - offsets[s.worker], end_ns=s.end_ns - offsets[s.worker])
-               if offsets.get(s.worker) else s for s in t.spans]
-    t.marks = [rep(m, t_ns=m.t_ns - offsets[m.worker]) if offsets.get(m.worker) else m
-               for m in t.marks]
-    t.jobs = [rep(j, start_ns=j.start_ns - offsets[j.worker],
-                  end_ns=None if j.end_ns is None else j.end_ns - offsets[j.worker])
-              if offsets.get(j.worker) else j for j in t.jobs]
+    t.spans = [moved(s, start_ns=s.start_ns - off, end_ns=s.end_ns - off)
+               if (off := get(s.worker)) else s for s in t.spans]
+    t.marks = [moved(m, t_ns=m.t_ns - off) if (off := get(m.worker)) else m for m in t.marks]
+    t.jobs = [moved(j, start_ns=j.start_ns - off,
+                    end_ns=None if j.end_ns is None else j.end_ns - off)
+              if (off := get(j.worker)) else j for j in t.jobs]
 
 
 def _append_job(t: Timeline, wid: str, job: dict[str, Any], end: int | None, status: Status,
