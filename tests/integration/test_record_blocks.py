@@ -260,3 +260,25 @@ def test_a_stream_that_asks_for_a_larger_window_is_refused_not_allocated(tmp_pat
     assert entries == [f for batch in (rounds[0], rounds[1], rounds[3]) for f in batch]
     assert reader.damaged == 1 and reader.skipped == record._ENTRY.size + len(data)
     assert size < os.path.getsize(path)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_loading_a_record_leaves_the_cycle_collector_as_it_was(tmp_path, enabled):
+    """load() pauses Python's cycle collector while it builds (a fifth of a big record's
+    CPU), and puts it back as it found it: after a load, and after one that fails."""
+    import gc
+
+    path = str(tmp_path / "z.wsc")
+    _write(path, _frames())
+    empty = tmp_path / "empty.wsc"
+    empty.write_bytes(b"")
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        assert load(path).samples
+        assert gc.isenabled() is enabled
+        with pytest.raises(record.FileFormatError):
+            load(str(empty))
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
