@@ -741,26 +741,30 @@ class TimelineBuilder:
         threads = {(wid, pid, int(tid)): str(name) for tid, name in b.get("threads", ())}
         spans: list[Span] = []
         marks: list[Mark] = []
+        keep, wall = self.keep, self._wall
         for rec in b.get("records", ()):
             r = _record(rec)
-            if r.attrs is not None and self.keep:
-                # At most MAX_DEPTH levels, keys strings: what views save.
-                r = r._replace(attrs=bounded_attrs(r.attrs))
-            cpu = r.cpu_ns
+            # Every field checked whether kept or not: a driver's live builder (keep=False)
+            # refuses what a record's would, without building what it would throw away.
             job = None if r.job is None else int(r.job)
+            name, start, tid = str(r.name), wall(wid, r.start_ns), int(r.tid)
+            # At most MAX_DEPTH levels, keys strings: what views save.
+            attrs = bounded_attrs(r.attrs) if r.attrs is not None and keep else r.attrs
             if r.kind == protocol.RECORD_MARK:
-                marks.append(Mark(wid, job, str(r.name), self._wall(wid, r.start_ns), pid,
-                                  int(r.tid), r.attrs))
-            else:
-                spans.append(Span(wid, job, int(r.id), None if r.parent is None else int(r.parent),
-                                  str(r.name), self._wall(wid, r.start_ns),
-                                  self._wall(wid, r.end_ns), pid, int(r.tid), r.attrs,
-                                  None if r.error is None else str(r.error),
-                                  cut_short=r.cut_short,
+                if keep:
+                    marks.append(Mark(wid, job, name, start, pid, tid, attrs))
+                continue
+            span_id, parent = int(r.id), None if r.parent is None else int(r.parent)
+            end = wall(wid, r.end_ns)
+            error = None if r.error is None else str(r.error)
+            if keep:
+                cpu = r.cpu_ns
+                spans.append(Span(wid, job, span_id, parent, name, start, end, pid, tid, attrs,
+                                  error, cut_short=r.cut_short,
                                   # One thread's CPU: at most the span's time (the two clocks
                                   # tick apart by up to a scheduler tick).
-                                  cpu_ns=None if cpu is None else min(cpu, max(
-                                      int(r.end_ns) - int(r.start_ns), 0))))
+                                  cpu_ns=None if cpu is None else min(
+                                      cpu, max(r.end_ns - r.start_ns, 0))))
         lost = _opt(b.get("spans_lost"), int)
         lost_job = _opt(b.get("spans_lost_job"), int)
         notes = b.get("notes") or []
