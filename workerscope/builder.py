@@ -698,51 +698,47 @@ class TimelineBuilder:
     def _plain_records(self, wid: str, b: dict[str, Any]) -> tuple[int, list[PlainSpan],
                                                                     dict[str, Any] | None]:
         pid = int(b["pid"])
-        anchor = self._anchor.get(wid)
-        shift = 0 if anchor is None else anchor[0] - anchor[1]
-        lo, hi = -_INT64, _INT64 - 1
-        if anchor is not None:  # within a century of its anchor, as _wall has it
-            lo, hi = max(lo, anchor[0] - _SANE_NS), min(hi, anchor[0] + _SANE_NS)
+        clock = self._clock(wid)
         plain: list[PlainSpan] = []
         rest = []
-        fields = protocol.RECORD_FIELDS
         for rec in b.get("records", ()):
-            # The most common record, checked here without a record object: a plain span of
-            # the sidecar's own layout (_record checks the rest).
-            if type(rec) is list and len(rec) == fields and rec[8] is None and rec[9] is None \
-                    and rec[10] is False and rec[0] == protocol.RECORD_SPAN:
-                _, job, sid, parent, name, begin, end, tid, _, _, _, cpu = rec
-                if cpu is not None and (type(cpu) is not int or not 0 <= cpu < 1 << 62):
-                    raise ValueError("a span record's cpu_ns must be a count of ns or nil")
-            else:
+            span = _plain_span(rec, clock)
+            if span is None:
                 r = _record(rec)
                 if r.kind == protocol.RECORD_MARK:
                     continue
                 if r.attrs is not None or r.error is not None or r.cut_short:
                     rest.append(rec)
                     continue
-                job, sid, parent, name, begin, end, tid, cpu = (
-                    r.job, r.id, r.parent, r.name, r.start_ns, r.end_ns, r.tid, r.cpu_ns)
-            if type(begin) is not int or type(end) is not int:
-                raise ValueError("a time must be integer nanoseconds")
-            begin += shift
-            end += shift
-            if not (lo <= begin <= hi and lo <= end <= hi):
-                raise ValueError(f"time {begin} or {end} is out of the worker's range")
-            if cpu is not None and cpu > end - begin:
-                cpu = max(end - begin, 0)  # one thread's CPU: at most the span's time
-            plain.append((None if job is None else int(job), int(sid),
-                          None if parent is None else int(parent), str(name), begin, end,
-                          int(tid), cpu))
+                span = _plain_tuple(r.job, r.id, r.parent, r.name, r.start_ns, r.end_ns, r.tid,
+                                    r.cpu_ns, clock)
+            plain.append(span)
         return pid, plain, ({**b, "records": rest} if rest else None)
+
+    def _clock(self, wid: str) -> tuple[int, int, int]:
+        """(shift, lo, hi): what _wall adds to a worker's monotonic times, and the range of
+        wall times it lets through (within a century of its anchor, and int64)."""
+        anchor = self._anchor.get(wid)
+        shift = 0 if anchor is None else anchor[0] - anchor[1]
+        lo, hi = -_INT64, _INT64 - 1
+        if anchor is not None:
+            lo, hi = max(lo, anchor[0] - _SANE_NS), min(hi, anchor[0] + _SANE_NS)
+        return shift, lo, hi
 
     def _on_spans(self, wid: str, b: dict[str, Any]) -> None:
         pid = int(b["pid"])
         threads = {(wid, pid, int(tid)): str(name) for tid, name in b.get("threads", ())}
         spans: list[Span] = []
         marks: list[Mark] = []
-        keep, wall = self.keep, self._wall
+        keep, wall, clock = self.keep, self._wall, self._clock(wid)
         for rec in b.get("records", ()):
+            plain = _plain_span(rec, clock)
+            if plain is not None:  # most records: checked without a record object
+                if keep:
+                    job, span_id, parent, name, start, end, tid, cpu = plain
+                    spans.append(Span(wid, job, span_id, parent, name, start, end, pid, tid,
+                                      cpu_ns=cpu))
+                continue
             r = _record(rec)
             # Every field checked whether kept or not: a driver's live builder (keep=False)
             # refuses what a record's would, without building what it would throw away.
@@ -875,6 +871,36 @@ class TimelineBuilder:
 # A plain span record, checked, for a live exporter: (job, id, parent, name, start, end, tid,
 # cpu_ns), times wall ns on the worker's clock.
 PlainSpan = tuple[int | None, int, int | None, str, int, int, int, int | None]
+
+
+def _plain_span(rec: Any, clock: tuple[int, int, int]) -> PlainSpan | None:
+    """The most common record checked without a record object, as _record and _wall check
+    it: a plain span (no attrs, error or cut) of the sidecar's own layout, as
+    (job, id, parent, name, start, end, tid, cpu_ns) on the wall clock. None for any other
+    record (_record checks it)."""
+    if not (type(rec) is list and len(rec) == protocol.RECORD_FIELDS and rec[8] is None
+            and rec[9] is None and rec[10] is False and rec[0] == protocol.RECORD_SPAN):
+        return None
+    _, job, sid, parent, name, begin, end, tid, _, _, _, cpu = rec
+    if cpu is not None and (type(cpu) is not int or not 0 <= cpu < 1 << 62):
+        raise ValueError("a span record's cpu_ns must be a count of ns or nil")
+    return _plain_tuple(job, sid, parent, name, begin, end, tid, cpu, clock)
+
+
+def _plain_tuple(job: Any, sid: Any, parent: Any, name: Any, begin: Any, end: Any, tid: Any,
+                 cpu: int | None, clock: tuple[int, int, int]) -> PlainSpan:
+    """A span's fields checked and converted, its times moved onto the wall clock."""
+    shift, lo, hi = clock
+    if type(begin) is not int or type(end) is not int:
+        raise ValueError("a time must be integer nanoseconds")
+    begin += shift
+    end += shift
+    if not (lo <= begin <= hi and lo <= end <= hi):
+        raise ValueError(f"time {begin} or {end} is out of the worker's range")
+    if cpu is not None and cpu > end - begin:
+        cpu = max(end - begin, 0)  # one thread's CPU: at most the span's time
+    return (None if job is None else int(job), int(sid), None if parent is None else int(parent),
+            str(name), begin, end, int(tid), cpu)
 
 
 def _record(rec: Any) -> protocol.SpanRecord:
