@@ -38,6 +38,7 @@ for _var in [v for v in os.environ if v.startswith("WORKERSCOPE_")]:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "tests"))
 
 import zmq  # noqa: E402
+from bench_fleet import wait_for_acks  # noqa: E402
 from bench_ingest import sample_body  # noqa: E402
 from factories import span_record  # noqa: E402
 
@@ -154,6 +155,20 @@ def sender(endpoint: str, first: int, count: int, seconds: int, conn: Any) -> No
             for f in frames:
                 sock.send(f)  # blocking at the high-water mark: frames queue, never drop
                 sent += 1
+    # As a sidecar does: wait for each bye's ack before closing. Closing at once would lose
+    # the tail: the driver's progress acks reach a socket already closed, the kernel answers
+    # with a reset, and the frames still unread on the driver's side of the connection go.
+    bye_seq = sent // count - 1  # every worker sends as many frames, seq from 0
+
+    def acked(sock: zmq.Socket[bytes]) -> int | None:
+        seqs = [-1]
+        while sock.poll(0):
+            frame = protocol.decode_frame(sock.recv())
+            if frame.kind == protocol.ACK and isinstance(frame.body.get("seq"), int):
+                seqs.append(frame.body["seq"])
+        return max(seqs)
+
+    wait_for_acks(dict.fromkeys(socks, bye_seq), acked, 600)
     for sock in socks:
         sock.close()
     ctx.term()
@@ -229,7 +244,7 @@ def main() -> int:
         ("seconds to take them all", f"{took:,.1f} ({end['received'] / took:,.0f} frames/s)"),
         ("load(): samples / spans / marks kept",
          f"{loaded['samples']:,} / {loaded['spans']:,} / {loaded['marks']:,}"),
-        ("load(): CPU seconds", f"{loaded['cpu']:,.1f}"),
+        ("load(): CPU seconds", f"{loaded['cpu']:,.2f}"),
         ("floor: read + unpack its frames, CPU s", f"{floor['cpu']:,.2f} (load() "
                                                    f"{loaded['cpu'] / floor['cpu']:.1f}x; "
                                                    "want <= 2x)"),

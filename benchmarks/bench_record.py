@@ -10,8 +10,9 @@ go through the real RecordWriter, flushed every ROUND frames (a 4,096-worker fle
 ~2,200 in one of the writer's 0.25 s rounds), into each layout a writer can write:
   2  entries as they are (the floor: no compression)
   3  each round a block of a zlib stream (level 1, sync flushes): the layout before
-  4  each round a block of a Zstandard stream (level 1, a 1 MiB window): today's; and at
-     level 3, Zstandard's own default, beside it
+  4  each round a block of a Zstandard stream (level 1, a 1 MiB window): the layout before;
+     and at level 3, Zstandard's own default, beside it
+  5  as 4, with each spans frame's ids and times delta-coded: today's
 Per layout: bytes a frame (the file over the frames), of sample and spans frames alone (each
 kind written on its own), the writer's CPU a frame (this process's, its thread included:
 queueing, compressing, writing) and the reader's (RecordReader over the file: reading,
@@ -38,7 +39,7 @@ from workerscope.record import RecordReader, RecordWriter
 SENDERS = 8
 # Each case: (layout, Zstandard level), what it is.
 CASES = {(2, 0): "as they are", (3, 0): "zlib blocks", (4, 1): "Zstandard blocks",
-         (4, 3): "Zstandard, level 3"}
+         (4, 3): "Zstandard, level 3", (5, 1): "spans delta-coded"}
 
 
 class _Capture:
@@ -80,11 +81,12 @@ def fleet_frames(workers: int, seconds: int) -> list[bytes]:
 
 def write(path: str, frames: list[bytes], layout: int, round_frames: int) -> float:
     """The frames into a record of the layout; CPU seconds it took."""
-    if layout == 3:  # a record of the third layout, resumed: the writer goes on in it
+    resume = layout in (3, 4)  # a record of an earlier layout, resumed: the writer goes on in it
+    if resume:
         with open(path, "wb") as f:
-            f.write(record.RECORD_MAGIC_V3 + os.urandom(4))
+            f.write(record._MAGICS[layout] + os.urandom(4))
     t0 = time.process_time()
-    writer = RecordWriter(path, compress=layout != 2, resume=layout == 3)
+    writer = RecordWriter(path, compress=layout != 2, resume=resume)
     for i, frame in enumerate(frames, 1):
         if not writer.append(frame):
             raise RuntimeError("the writer's queue was full")
@@ -146,13 +148,16 @@ def main() -> int:
     def ratio(a: tuple[int, int], b: tuple[int, int], key: str) -> float:
         return best[a[0], a[1], key] / best[b[0], b[1], key]
 
-    zstd, zlib, zstd3 = (4, 1), (3, 0), (4, 3)
+    zstd, zlib, zstd3, delta = (4, 1), (3, 0), (4, 3), (5, 1)
     print(f"\nZstandard / zlib: {ratio(zstd, zlib, 'b'):.2f}x the bytes, "
           f"{ratio(zstd, zlib, 'w'):.2f}x the writer's CPU, "
-          f"{ratio(zstd, zlib, 'r'):.2f}x the reader's; "
-          f"a frame {best[4, 1, 'b'] / n:.0f} B (want <= 100); level 3 / level 1: "
+          f"{ratio(zstd, zlib, 'r'):.2f}x the reader's; level 3 / level 1: "
           f"{ratio(zstd3, zstd, 'b'):.2f}x the bytes, {ratio(zstd3, zstd, 'w'):.2f}x the "
           "writer's CPU")
+    print(f"spans delta-coded / not: {ratio(delta, zstd, 'b'):.2f}x the bytes, "
+          f"{ratio(delta, zstd, 'w'):.2f}x the writer's CPU, "
+          f"{ratio(delta, zstd, 'r'):.2f}x the reader's; "
+          f"a frame {best[5, 1, 'b'] / n:.0f} B (want <= 100)")
     return 0
 
 

@@ -493,6 +493,13 @@ class _Containers:
         return obj
 
 
+def unpack(data: bytes, limit: int | None = MAX_FRAME_BYTES, items: int = MAX_ITEMS) -> Any:
+    """One msgpack message from untrusted bytes, under a frame's bounds (at most `limit`
+    bytes, `items` items an array or map and arrays and maps in all); ProtocolError if not
+    one."""
+    return _unpack(data, limit, items)
+
+
 def _unpack(data: bytes, limit: int | None = MAX_FRAME_BYTES, items: int | None = None) -> Any:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ProtocolError(f"a frame must be bytes, got {type(data).__name__}")

@@ -17,16 +17,22 @@ the record's own), and that many bytes:
      2**WINDOW_LOG bytes): what it decompresses to is entries as above without their
      checksums (a tag and a length each)
   z  a compressed block that goes on with the stream of the block before it
+and inside a block, beside F and D:
+  S  a spans frame with its records' ids and times delta-coded (each record's id and start
+     as the change from the record before's, its end as the span's length: a fleet's
+     spans frame of 20 spans compresses to ~115 B, as it came to ~210 B), which the reader
+     turns back into the frame exactly as it came; a frame that would not come back byte
+     for byte is kept as an F
 Each round of the writer (every FLUSH_S at most) is one block, flushed to its end (a block
 flush), so everything written is readable at once; a stream gives way to a new one after
 STREAM_BYTES of entries, so a damaged block costs the rest of its stream at most. Frames are
 in the order the driver folded them; the facts entries, merged in order, are the facts.
-Records of the earlier layouts are still read, and one resumed goes on in its own: the third
-(RECORD_MAGIC_V3: the same entries, the blocks a zlib stream, level DEFLATE_LEVEL, with sync
-flushes; Zstandard makes a fleet's record ~0.8x the size for ~0.65x the writer's CPU, see
-benchmarks/RESULTS.md), the second (RECORD_MAGIC_V2: F and D entries only, none compressed)
-and the first (RECORD_MAGIC_V1: no seed, no checksums, every facts entry whole, the last one
-applied).
+Records of the earlier layouts are still read, and one resumed goes on in its own: the fourth
+(RECORD_MAGIC_V4: the same, without S entries), the third (RECORD_MAGIC_V3: the same entries,
+the blocks a zlib stream, level DEFLATE_LEVEL, with sync flushes; Zstandard makes a fleet's
+record ~0.8x the size for ~0.65x the writer's CPU, see benchmarks/RESULTS.md), the second
+(RECORD_MAGIC_V2: F and D entries only, none compressed) and the first (RECORD_MAGIC_V1: no
+seed, no checksums, every facts entry whole, the last one applied).
 
 A damaged entry (its checksum does not match; its tag or length is not one a writer writes)
 is skipped: the reader looks for the next whole entry after it and goes on, and the entries
@@ -54,6 +60,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
+import msgpack
+
 from . import protocol
 from .builder import NOTE_CHARS, WORKER_NOTES_BYTES, TimelineBuilder
 from .errors import FileFormatError, ProtocolError, WorkerscopeError
@@ -70,7 +78,8 @@ _STATUS_VALUES = frozenset(s.value for s in Status)
 
 log = logging.getLogger("workerscope.record")
 
-RECORD_MAGIC = b"WSCREC\x00\x04"  # "WSCREC", a NUL, the layout's version
+RECORD_MAGIC = b"WSCREC\x00\x05"  # "WSCREC", a NUL, the layout's version
+RECORD_MAGIC_V4 = b"WSCREC\x00\x04"  # no spans frames delta-coded
 RECORD_MAGIC_V3 = b"WSCREC\x00\x03"  # the blocks a zlib stream
 RECORD_MAGIC_V2 = b"WSCREC\x00\x02"  # entries as they are, none compressed
 RECORD_MAGIC_V1 = b"WSCREC\x00\x01"  # entries without checksums; facts entries whole
@@ -78,9 +87,12 @@ FRAME = b"F"
 FACTS = b"D"
 STREAM = b"Z"  # a compressed block that starts a stream
 BLOCK = b"z"  # a compressed block that goes on with the stream of the one before
+SPANS_DELTA = b"S"  # inside a block of the fifth layout: a spans frame, delta-coded
 _TAGS = (FRAME, FACTS)
 _TAGS_V3 = (FRAME, FACTS, STREAM, BLOCK)  # the third layout's and after
-_MAGICS = {1: RECORD_MAGIC_V1, 2: RECORD_MAGIC_V2, 3: RECORD_MAGIC_V3, 4: RECORD_MAGIC}
+_INNER_TAGS_V5 = (FRAME, FACTS, SPANS_DELTA)  # in a block of the fifth layout
+_MAGICS = {1: RECORD_MAGIC_V1, 2: RECORD_MAGIC_V2, 3: RECORD_MAGIC_V3, 4: RECORD_MAGIC_V4,
+           5: RECORD_MAGIC}
 _LAYOUTS = {magic: layout for layout, magic in _MAGICS.items()}
 _INNER = struct.Struct("<cI")  # an entry inside a block: tag, length (the block has the CRC)
 STREAM_BYTES = 8 * 1024 * 1024  # entries' bytes a stream holds before a new one starts
@@ -335,7 +347,8 @@ class RecordWriter:
     compress: each round's entries go in one compressed block (STREAM, BLOCK) of a Zstandard
     stream flushed at the block's end, so what the round wrote is readable at once and a
     long run costs a few tens of bytes a frame; False writes them as they are (layout 2).
-    A record resumed goes on in the layout it has (`layout`: 1 to 4)."""
+    In the fifth layout, spans frames go in delta-coded (SPANS_DELTA). A record resumed goes
+    on in the layout it has (`layout`: 1 to 5)."""
 
     def __init__(self, path: str | os.PathLike[str], queue_bytes: int = QUEUE_BYTES,
                  flush_s: float = FLUSH_S, mode: int = 0o644, resume: bool = False,
@@ -374,7 +387,7 @@ class RecordWriter:
             os.close(fd)
             raise WorkerscopeError(f"cannot go on writing {self.path!r}: it is not a record")
         else:
-            layout = 4 if compress else 2
+            layout = 5 if compress else 2
             self._seed = _SEED.unpack(os.urandom(_SEED.size))[0]
             self.bytes = 0
             start = _MAGICS[layout] + _SEED.pack(self._seed)
@@ -489,6 +502,8 @@ class RecordWriter:
         """One block of entries, compressed: (its tag, its bytes). A stream ends its blocks
         with a flush (all of it can be read), and gives way to a new one past STREAM_BYTES,
         so damage costs one stream at most."""
+        if self.layout >= 5:
+            batch = [_coded(entry) for entry in batch]
         raw = b"".join(p for tag, data in batch for p in (_INNER.pack(tag, len(data)), data))
         tag = BLOCK
         if self._stream is None or self._stream_left <= 0:
@@ -525,6 +540,73 @@ class RecordWriter:
                 log.warning("%s (entries not written are counted from now on)", self.last_error)
             return False
         return True
+
+
+# -- spans frames delta-coded ------------------------------------------------------------------
+# A spans frame as protocol.encode_frame makes it begins so: an array of 5, the version, "spans".
+_SPANS_HEAD = bytes([0x95, protocol.VERSION, 0xA5]) + b"spans"
+
+
+def _coded(entry: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
+    """An entry as a block of the fifth layout holds it: a spans frame delta-coded where it
+    comes back byte for byte, anything else as it is."""
+    tag, data = entry
+    if tag == FRAME and data.startswith(_SPANS_HEAD):
+        coded = delta_spans(data)
+        if coded is not None:
+            return SPANS_DELTA, coded
+    return entry
+
+
+def delta_spans(frame: bytes) -> bytes | None:
+    """A spans frame with its records' ids and times delta-coded, small numbers where they
+    were 8-byte ones (undelta_spans turns it back); None where it would not come back byte
+    for byte (not msgpack as protocol.encode_frame packs it, or not a spans frame)."""
+    try:
+        msg = protocol.unpack(frame, None)
+        if _packb(msg) != frame:  # not as we pack it: it would not come back the same
+            return None
+        _delta(msg[4]["records"], forward=True)
+        coded = _packb(msg)
+    except (ProtocolError, ValueError, TypeError, KeyError, IndexError, OverflowError):
+        return None
+    return coded if len(coded) <= len(frame) else None
+
+
+def undelta_spans(coded: bytes) -> bytes:
+    """The spans frame delta_spans coded, byte for byte; ValueError where `coded` is not
+    one it made (a damaged record)."""
+    try:
+        msg = protocol.unpack(coded, None)  # bounded as the frame it was
+        _delta(msg[4]["records"], forward=False)
+        return _packb(msg)
+    except (ProtocolError, ValueError, TypeError, KeyError, IndexError, OverflowError) as err:
+        raise ValueError(f"not a delta-coded spans frame: {err}") from err
+
+
+def _delta(records: list[Any], forward: bool) -> None:
+    """Code (forward) or decode each record's id (its index 2) and start (5) as the change
+    from the record before's, its end (6) as the span's length, in place: only records that
+    are lists holding integers there, which stay so either way, so both ways pick the same
+    records."""
+    if not isinstance(records, list):
+        raise TypeError("records is not an array")
+    last_id = last_start = 0
+    for r in records:
+        if (type(r) is list and len(r) > 6 and type(r[2]) is int and type(r[5]) is int
+                and type(r[6]) is int):
+            if forward:
+                span_id, start = r[2], r[5]
+                r[2], r[5], r[6] = span_id - last_id, start - last_start, r[6] - start
+            else:
+                span_id, start = r[2] + last_id, r[5] + last_start
+                r[2], r[5], r[6] = span_id, start, r[6] + start
+            last_id, last_start = span_id, start
+
+
+def _packb(obj: object) -> bytes:
+    data: bytes = msgpack.packb(obj, use_bin_type=True)
+    return data
 
 
 def _zstd() -> ModuleType:
@@ -606,7 +688,7 @@ class RecordReader:
     the number of bytes at the end that did not make a whole entry (a driver killed
     mid-write), 0 for a whole record; `damaged` the runs of bytes skipped before a whole
     entry (or the end) was found again, and `skipped` their bytes. `version`: the layout's
-    (1 to 4), known once the loop began."""
+    (1 to 5), known once the loop began."""
 
     def __init__(self, path: str | os.PathLike[str], limit: int | None = None) -> None:
         self.path = os.fspath(path)
@@ -702,6 +784,7 @@ class RecordReader:
         inflate = self._inflate
         if inflate is None:
             return
+        tags = _INNER_TAGS_V5 if self.version >= 5 else _TAGS
         rest = b""
         try:
             for chunk in inflate.chunks(block.data):
@@ -709,13 +792,21 @@ class RecordReader:
                 pos = 0
                 while pos + _INNER.size <= len(raw):
                     tag, size = _INNER.unpack_from(raw, pos)
-                    if tag not in _TAGS or size > _MAX_ENTRY:
+                    if tag not in tags or size > _MAX_ENTRY:
                         self._inflate = None
                         return
                     if pos + _INNER.size + size > len(raw):
                         break
-                    yield Entry(tag, raw[pos + _INNER.size:pos + _INNER.size + size])
+                    data = raw[pos + _INNER.size:pos + _INNER.size + size]
                     pos += _INNER.size + size
+                    if tag == SPANS_DELTA:
+                        try:
+                            data, tag = undelta_spans(data), FRAME
+                        except ValueError:  # one bad entry in a whole block: skipped, said
+                            self.damaged += 1
+                            self.skipped += size
+                            continue
+                    yield Entry(tag, data)
                 rest = raw[pos:]
                 if len(rest) > _MAX_ENTRY + _INNER.size:
                     self._inflate = None

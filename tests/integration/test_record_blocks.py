@@ -1,5 +1,6 @@
 """The compressed record: each round of the writer is one block of a stream (Zstandard; zlib
-in a record of the third layout, resumed), so a long run costs tens of bytes a frame,
+in a record of the third layout, resumed), its spans frames delta-coded (the fifth layout),
+so a long run costs tens of bytes a frame,
 everything written is readable at once, a record cut inside its last block loads up to the
 block before, and a damaged block costs the rest of its stream, no more. Records of the
 earlier layouts still load, and a resumed one keeps its own."""
@@ -12,22 +13,26 @@ import subprocess
 import sys
 import zlib
 
+import msgpack
 import pytest
+from factories import span_record
 
 from workerscope import load, protocol, record
 from workerscope.record import RecordReader, RecordWriter
 
-LAYOUTS = (3, 4)  # the compressed ones: zlib, Zstandard
+LAYOUTS = (3, 4, 5)  # the compressed ones: zlib, Zstandard, Zstandard with spans delta-coded
 
 ANCHOR = [1_700_000_000_000_000_000, 1_000_000_000]
 WID = protocol.worker_id("host-a", 100, 200)
 ROUNDS = 20
 SAMPLES = 50  # a round's
+SPANS = 10  # a round's spans frame's
 
 
 def _frames() -> list[list[bytes]]:
     """A worker's hello and job start, ROUNDS rounds of SAMPLES samples of a tree and four
-    processes (as a sidecar's), and its job's end and bye: the frames of each round."""
+    processes (as a sidecar's) and a spans frame of SPANS spans, and its job's end and bye:
+    the frames of each round."""
     seq = iter(range(10**6))
 
     def frame(kind: str, body: dict[str, object]) -> bytes:
@@ -45,6 +50,12 @@ def _frames() -> list[list[bytes]]:
             batch.append(frame(protocol.SAMPLE, {
                 "t": ANCHOR[1] + (n + 1) * 10**7, "procs": procs,
                 "tree": {"cpu_percent": 100.0 + n % 7, "rss_bytes": 2**29 + 4096 * n}}))
+        t0 = ANCHOR[1] + r * SAMPLES * 10**7
+        records = [span_record(job=1, id=2**40 + r * SPANS + k, name=f"step{k % 3}",
+                               start_ns=t0 + k * 3_000_017 + (k * k * 7919) % 50_000,
+                               end_ns=t0 + k * 3_000_017 + 1_000_000 + k * 37, tid=100)
+                   for k in range(SPANS)]
+        batch.append(frame(protocol.SPANS, {"pid": 100, "records": records}))
         rounds.append(batch)
     end = ANCHOR[1] + (ROUNDS * SAMPLES + 1) * 10**7
     rounds.append([frame(protocol.JOB_END, {"job": 1, "t": end, "status": "ok"}),
@@ -53,14 +64,15 @@ def _frames() -> list[list[bytes]]:
 
 
 def _write(path: str, rounds: list[list[bytes]], compress: bool = True,
-           layout: int = 4) -> list[int]:
+           layout: int = 5) -> list[int]:
     """The rounds through the real writer, each flushed as the writer's own rounds are; the
-    file's length after each. layout 3: a record of the third layout begun (its header, as
+    file's length after each. layout 3 or 4: a record of that layout begun (its header, as
     the code before wrote it) and resumed, as a driver started again on it does."""
-    if layout == 3:
+    old = {3: record.RECORD_MAGIC_V3, 4: record.RECORD_MAGIC_V4}.get(layout) if compress else None
+    if old is not None:
         with open(path, "wb") as f:
-            f.write(record.RECORD_MAGIC_V3 + os.urandom(4))
-    writer = RecordWriter(path, compress=compress, resume=layout == 3)
+            f.write(old + os.urandom(4))
+    writer = RecordWriter(path, compress=compress, resume=old is not None)
     assert writer.layout == (layout if compress else 2)
     ends = []
     for batch in rounds:
@@ -99,12 +111,15 @@ def test_a_compressed_record_is_small_and_loads_as_the_plain_one(tmp_path):
         os.path.getsize(small) / frames, os.path.getsize(plain) / frames)
     reader = RecordReader(small)
     assert len(list(reader)) == frames and reader.frames == frames
-    assert reader.version == 4 and reader.damaged == 0 and reader.torn == 0
+    assert reader.version == 5 and reader.damaged == 0 and reader.torn == 0
+    assert sorted(s.name for s in a.spans) == sorted(s.name for s in b.spans)
+    assert len([s for s in a.spans if s.name.startswith("step")]) == ROUNDS * SPANS
 
 
-def test_zstandard_blocks_are_smaller_than_the_zlib_ones(tmp_path):
-    """The same rounds in the third layout's zlib blocks and the fourth's Zstandard: the same
-    entries back, in fewer bytes."""
+def test_each_layout_is_smaller_than_the_one_before(tmp_path):
+    """The same rounds in the third layout's zlib blocks, the fourth's Zstandard and the
+    fifth's, its spans frames delta-coded: the same entries back, byte for byte, in fewer
+    bytes each."""
     rounds = _frames()
     sizes = {}
     for layout in LAYOUTS:
@@ -114,7 +129,7 @@ def test_zstandard_blocks_are_smaller_than_the_zlib_ones(tmp_path):
         assert [e.data for e in reader] == [f for batch in rounds for f in batch]
         assert reader.version == layout
         sizes[layout] = os.path.getsize(path)
-    assert sizes[4] < sizes[3], sizes
+    assert sizes[5] < sizes[4] < sizes[3], sizes
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -130,6 +145,7 @@ def test_a_record_killed_mid_block_loads_up_to_its_last_whole_block(tmp_path, ca
     caplog.set_level(logging.WARNING)
     t = load(path)
     assert len(t.samples) == (ROUNDS - 1) * SAMPLES * 5
+    assert len([s for s in t.spans if s.name.startswith("step")]) == (ROUNDS - 1) * SPANS
     notes = t.workers[WID].notes
     assert any("torn entry" in n for n in notes) and not any("damaged" in n for n in notes)
     reader = RecordReader(path)
@@ -172,9 +188,9 @@ def test_blocks_after_a_damaged_one_in_its_stream_are_skipped_not_misread(tmp_pa
 
 def test_a_resumed_record_keeps_its_layout(tmp_path):
     """A record of layout 2 goes on as it is; one of layout 3 in zlib blocks, of layout 4
-    in Zstandard ones; each loads whole."""
+    in Zstandard ones, of layout 5 with its spans frames delta-coded; each loads whole."""
     rounds = _frames()
-    for compress, version in ((False, 2), (True, 3), (True, 4)):
+    for compress, version in ((False, 2), (True, 3), (True, 4), (True, 5)):
         path = str(tmp_path / f"r{version}.wsc")
         _write(path, rounds[:5], compress=compress, layout=version)
         writer = RecordWriter(path, resume=True)
@@ -282,3 +298,74 @@ def test_loading_a_record_leaves_the_cycle_collector_as_it_was(tmp_path, enabled
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_spans_frames_are_delta_coded_and_come_back_byte_for_byte(tmp_path):
+    """In the fifth layout a spans frame goes in delta-coded (its ids and times small
+    numbers): what the blocks hold shrinks, and the reader gives back every frame exactly
+    as it came."""
+    rounds = _frames()
+    frames = [f for batch in rounds for f in batch]
+    held = {}
+    for layout in (4, 5):
+        path = str(tmp_path / f"l{layout}.wsc")
+        if layout == 4:
+            with open(path, "wb") as f:
+                f.write(record.RECORD_MAGIC_V4 + os.urandom(4))
+        writer = RecordWriter(path, resume=layout == 4)
+        assert writer.layout == layout
+        for batch in rounds:
+            for frame in batch:
+                assert writer.append(frame)
+            writer.flush()
+        writer.close()
+        held[layout] = writer.raw_bytes  # what its blocks hold, before compression
+        assert [e.data for e in RecordReader(path)] == frames
+    spans_bytes = sum(len(f) for f in frames if protocol.decode_frame(f).kind == protocol.SPANS)
+    # Each spans frame's ids and times (5 and 9 bytes each as they came) took 1 to 4 bytes.
+    assert held[4] - held[5] > spans_bytes // 5, (held, spans_bytes)
+
+
+def test_a_spans_frame_not_packed_as_ours_is_kept_as_it_came(tmp_path):
+    """A spans frame that would not come back byte for byte from msgpack as the driver packs
+    (a float in 4 bytes, an int in more bytes than it needs) is kept as it came."""
+    records = [list(span_record(job=1, id=2**40 + k, start_ns=10**12 + k * 10**6,
+                                end_ns=10**12 + k * 10**6 + 5000, attrs={"x": 1.5}))
+               for k in range(5)]
+    single = msgpack.packb([protocol.VERSION, "spans", WID, 2, {"pid": 100, "records": records}],
+                           use_bin_type=True, use_single_float=True)
+    canonical = protocol.encode_frame(protocol.SPANS, WID, 2, {"pid": 100, "records": records})
+    wide = canonical.replace(b"\x02\x82", b"\xcf" + (2).to_bytes(8, "big") + b"\x82", 1)
+    assert protocol.decode_frame(wide).seq == 2 and len(wide) == len(canonical) + 8
+    assert record.delta_spans(single) is None and record.delta_spans(wide) is None
+    coded = record.delta_spans(canonical)
+    assert coded is not None and len(coded) < len(canonical)
+    assert record.undelta_spans(coded) == canonical
+    path = str(tmp_path / "r.wsc")
+    _write(path, [[single, canonical, wide]])
+    assert [e.data for e in RecordReader(path)] == [single, canonical, wide]
+
+
+def test_a_delta_coded_entry_that_does_not_decode_is_skipped_and_counted(tmp_path, monkeypatch):
+    """An S entry that is not one the writer made (a damaged record) costs that frame alone:
+    the reader skips it and counts it, and the block's other entries are read."""
+    rounds = _frames()
+    real = record.delta_spans
+    made = []
+
+    def bad_once(frame: bytes) -> bytes | None:
+        if not made:
+            made.append(frame)
+            return b"\xc1"  # a byte msgpack never uses
+        return real(frame)
+    monkeypatch.setattr(record, "delta_spans", bad_once)
+    path = str(tmp_path / "r.wsc")
+    _write(path, rounds)
+    reader = RecordReader(path)
+    entries = [e.data for e in reader]
+    frames = [f for batch in rounds for f in batch]
+    assert entries == [f for f in frames if f != made[0]]
+    assert reader.damaged == 1 and reader.skipped == 1 and reader.torn == 0
+    t = load(path)
+    assert len([s for s in t.spans if s.name.startswith("step")]) == (ROUNDS - 1) * SPANS
+    assert any("damaged" in n for n in t.workers[WID].notes)
