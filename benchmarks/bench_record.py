@@ -84,7 +84,7 @@ def write(path: str, frames: list[bytes], layout: int, round_frames: int) -> flo
     resume = layout in (3, 4)  # a record of an earlier layout, resumed: the writer goes on in it
     if resume:
         with open(path, "wb") as f:
-            f.write(record._MAGICS[layout] + os.urandom(4))
+            f.write({3: record.RECORD_MAGIC_V3, 4: record.RECORD_MAGIC_V4}[layout] + os.urandom(4))
     t0 = time.process_time()
     writer = RecordWriter(path, compress=layout != 2, resume=resume)
     for i, frame in enumerate(frames, 1):

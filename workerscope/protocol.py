@@ -493,6 +493,11 @@ class _Containers:
         return obj
 
 
+def pack(obj: object) -> bytes:
+    """obj as msgpack, packed as every frame is (encode_frame)."""
+    return _pack(obj)
+
+
 def unpack(data: bytes, limit: int | None = MAX_FRAME_BYTES, items: int = MAX_ITEMS) -> Any:
     """One msgpack message from untrusted bytes, under a frame's bounds (at most `limit`
     bytes, `items` items an array or map and arrays and maps in all); ProtocolError if not

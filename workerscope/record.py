@@ -60,8 +60,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
-import msgpack
-
 from . import protocol
 from .builder import NOTE_CHARS, WORKER_NOTES_BYTES, TimelineBuilder
 from .errors import FileFormatError, ProtocolError, WorkerscopeError
@@ -564,10 +562,10 @@ def delta_spans(frame: bytes) -> bytes | None:
     for byte (not msgpack as protocol.encode_frame packs it, or not a spans frame)."""
     try:
         msg = protocol.unpack(frame, None)
-        if _packb(msg) != frame:  # not as we pack it: it would not come back the same
+        if protocol.pack(msg) != frame:  # not as frames are packed: it would not come back the same
             return None
         _delta(msg[4]["records"], forward=True)
-        coded = _packb(msg)
+        coded = protocol.pack(msg)
     except (ProtocolError, ValueError, TypeError, KeyError, IndexError, OverflowError):
         return None
     return coded if len(coded) <= len(frame) else None
@@ -579,7 +577,7 @@ def undelta_spans(coded: bytes) -> bytes:
     try:
         msg = protocol.unpack(coded, None)  # bounded as the frame it was
         _delta(msg[4]["records"], forward=False)
-        return _packb(msg)
+        return protocol.pack(msg)
     except (ProtocolError, ValueError, TypeError, KeyError, IndexError, OverflowError) as err:
         raise ValueError(f"not a delta-coded spans frame: {err}") from err
 
@@ -602,11 +600,6 @@ def _delta(records: list[Any], forward: bool) -> None:
                 span_id, start = r[2] + last_id, r[5] + last_start
                 r[2], r[5], r[6] = span_id, start, r[6] + start
             last_id, last_start = span_id, start
-
-
-def _packb(obj: object) -> bytes:
-    data: bytes = msgpack.packb(obj, use_bin_type=True)
-    return data
 
 
 def _zstd() -> ModuleType:
