@@ -1,6 +1,12 @@
 """The record's bytes and CPU a frame, by layout, on a fleet's frames (issue 25's fourth item).
 
     python benchmarks/bench_record.py [--workers 4096] [--seconds 10] [--round 2200]
+    python benchmarks/bench_record.py --real 8 [--seconds 60] [--round 2200]
+
+--real N: the frames are not simulated but real: N heavy jobs at once, each a real worker
+with its own sidecar at the default settings (a tree of 4 processes, a @timed function
+called 20 times a second), for SECONDS, into one Subscriber(record=...); their frames, in
+the order that record has them, then go through each layout as below.
 
 The frames are bench_fleet's: one real heavy job's (a worker and 3 children, a @timed function
 called 20 times a second) as templates, then WORKERS simulated workers each sending a sample
@@ -25,6 +31,7 @@ import argparse
 import os
 import platform
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -79,6 +86,50 @@ def fleet_frames(workers: int, seconds: int) -> list[bytes]:
     return sock.frames
 
 
+REAL_JOB = """
+import subprocess, sys, time
+from workerscope import profiled, timed
+
+@timed
+def step(i):
+    return sum(range(200))
+
+def job(seconds):
+    kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+            for _ in range(3)]
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        step(n)
+        n += 1
+        time.sleep(0.05)
+    for k in kids:
+        k.kill()
+        k.wait()
+
+profiled(job, mode="heavy", endpoint=sys.argv[1])(float(sys.argv[2]))
+"""
+
+
+def real_job_frames(jobs: int, seconds: int) -> list[bytes]:
+    """The frames of `jobs` real heavy jobs run at once, as one driver recorded them."""
+    from workerscope import Subscriber
+    from workerscope.record import FRAME
+
+    path = os.path.join(tempfile.mkdtemp(), "real.wsc")
+    with Subscriber(record=path) as sub:
+        procs = [subprocess.Popen([sys.executable, "-c", REAL_JOB, sub.endpoint, str(seconds)])
+                 for _ in range(jobs)]
+        for p in procs:
+            if p.wait(seconds + 120) != 0:
+                raise RuntimeError("a real job failed")
+        if not sub.wait(byes=jobs, timeout=60):
+            raise RuntimeError("not every real job's sidecar said bye")
+    frames = [e.data for e in RecordReader(path) if e.tag == FRAME]
+    os.unlink(path)
+    return frames
+
+
 def write(path: str, frames: list[bytes], layout: int, round_frames: int) -> float:
     """The frames into a record of the layout; CPU seconds it took."""
     resume = layout in (3, 4)  # a record of an earlier layout, resumed: the writer goes on in it
@@ -111,13 +162,16 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=4096)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--round", type=int, default=2200, help="frames a writer's round")
+    ap.add_argument("--real", type=int, default=0, help="real heavy jobs instead of a fleet")
     args = ap.parse_args()
-    frames = fleet_frames(args.workers, args.seconds)
+    frames = (real_job_frames(args.real, args.seconds) if args.real
+              else fleet_frames(args.workers, args.seconds))
     kinds = [protocol.decode_frame(f).kind for f in frames]
     by_kind = {k: [f for f, fk in zip(frames, kinds, strict=True) if fk == k]
                for k in (protocol.SAMPLE, protocol.SPANS)}
     print(f"# {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
-    print(f"# {args.workers} workers x {args.seconds} s: {len(frames):,} frames, "
+    who = f"{args.real} real heavy jobs" if args.real else f"{args.workers} workers"
+    print(f"# {who} x {args.seconds} s: {len(frames):,} frames, "
           f"{sum(map(len, frames)) / len(frames):,.0f} B a frame as sent; "
           f"a writer's round {args.round} frames; best of 3")
     folder = tempfile.mkdtemp()
@@ -137,13 +191,16 @@ def main() -> int:
             os.unlink(path)
     n = len(frames)
     print()
+    spans_frames = [protocol.decode_frame(f).body["records"] for f in by_kind[protocol.SPANS]]
+    per_frame = sum(map(len, spans_frames)) / max(1, len(spans_frames))  # records a frame
+    print(f"# a spans frame holds {per_frame:.1f} records on average")
     print(f"{'layout':<24}{'B/frame':>9}{'sample':>9}{'spans':>9}{'B/span':>8}"
           f"{'write us':>10}{'read us':>9}")
     print("-" * 78)
     for (layout, level), name in CASES.items():
         b = {k: best[layout, level, k] for k in ("b", "w", "r", protocol.SAMPLE, protocol.SPANS)}
         print(f"{f'{layout} {name}':<24}{b['b'] / n:>9.1f}{b[protocol.SAMPLE]:>9.1f}"
-              f"{b[protocol.SPANS]:>9.1f}{b[protocol.SPANS] / 20:>8.2f}"
+              f"{b[protocol.SPANS]:>9.1f}{b[protocol.SPANS] / per_frame:>8.2f}"
               f"{1e6 * b['w'] / n:>10.2f}{1e6 * b['r'] / n:>9.2f}")
     def ratio(a: tuple[int, int], b: tuple[int, int], key: str) -> float:
         return best[a[0], a[1], key] / best[b[0], b[1], key]
