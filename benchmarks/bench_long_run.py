@@ -4,6 +4,8 @@ its size once started) and the record's size.
 
     python benchmarks/bench_long_run.py [WORKERS] [SECONDS]
 
+BENCH_KEEP_RECORD=1 in the environment keeps the record afterwards (to profile load() on it).
+
 The driver is a Subscriber(record=...) in a process of its own (so its memory is its own),
 on tcp://127.0.0.1 with CURVE, as a driver program runs it. SENDERS processes each play
 WORKERS / SENDERS workers, one DEALER (one connection) per worker, as a sidecar has: each
@@ -244,7 +246,10 @@ def main() -> int:
                                capture_output=True, text=True)
         report = json.loads(shown.stderr.strip().splitlines()[-1])
     finally:
-        os.unlink(record)
+        if os.environ.get("BENCH_KEEP_RECORD"):
+            print(f"record kept: {record}")
+        else:
+            os.unlink(record)
     grew = end["VmHWM"] - start["VmRSS"]
     rows = [
         ("frames sent", f"{sent:,}"),

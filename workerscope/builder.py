@@ -58,6 +58,7 @@ def bounded_text(value: Any, most: int) -> str:
 
 
 _PLAIN_NUMBERS = frozenset({int, float})
+_ABSENT: tuple[()] = ()  # what a frame's optional list is when it has none
 
 
 def _numbers(values: Any) -> dict[str, float]:
@@ -76,6 +77,13 @@ def _numbers(values: Any) -> dict[str, float]:
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise ValueError(f"metric {k!r} is not a number")
     return dict(values)
+
+
+def _checked(values: Any) -> dict[str, float]:
+    """_numbers without the copy: the map itself once checked."""
+    if type(values) is dict and _PLAIN_NUMBERS.issuperset(map(type, values.values())):
+        return values
+    return _numbers(values)
 
 
 # The figures a sidecar sends with a job its worker died in (sidecar/death.py), by type.
@@ -195,8 +203,8 @@ class _Plan:
     getters that take each group's values out of a map in C: a bin whose samples share the
     layout folds with a few C calls, not a Python step per metric."""
 
-    __slots__ = ("get_high", "get_last", "get_low", "get_mean", "high", "keys", "last", "low",
-                 "mean")
+    __slots__ = ("cuts", "get_high", "get_last", "get_low", "get_mean", "get_row", "high",
+                 "keys", "last", "low", "mean")
 
     def __init__(self, keys: tuple[str, ...]) -> None:
         self.keys = keys
@@ -207,6 +215,12 @@ class _Plan:
             tuple(groups[r]) for r in (LAST, MEAN, LOW, HIGH))
         self.get_last, self.get_mean, self.get_low, self.get_high = (
             _getter(g) for g in (self.last, self.mean, self.low, self.high))
+        # A sample's values as one row, the rules' groups one after the other (a series'
+        # rows of one bin are folded a column at a time: _Bin.of_rows), and where each ends.
+        self.get_row = _getter(self.last + self.mean + self.low + self.high)
+        a = len(self.last)
+        b = a + len(self.mean)
+        self.cuts = (a, b, b + len(self.low))
 
 
 def _getter(keys: tuple[str, ...]) -> Callable[[dict[str, float]], tuple[float, ...]]:
@@ -220,6 +234,12 @@ def _getter(keys: tuple[str, ...]) -> Callable[[dict[str, float]], tuple[float, 
 
 
 _PLANS: dict[tuple[str, ...], _Plan] = {}  # key layouts come from frames, so bounded
+
+
+def _layout(values: dict[str, float]) -> _Plan:
+    """The plan of a map's key layout, finite or not."""
+    plan: _Plan = _memo(_PLANS, tuple(values), _Plan, 1024)
+    return plan
 
 
 def _plan(values: dict[str, float]) -> _Plan | None:
@@ -258,6 +278,26 @@ class _Bin:
         self.values = {}
         self.last, self.sum, self.n = p.get_last(values), p.get_mean(values), 1
         self.low, self.high = p.get_low(values), p.get_high(values)
+
+    @classmethod
+    def of_rows(cls, t: int, plan: _Plan, rows: list[tuple[float, ...]]) -> _Bin | None:
+        """A columnar bin of rows of one layout (plan.get_row's, in time order, the last at
+        t) folded a column at a time: what folding them one by one gives (sums may differ in
+        their last bits: the order of the adds). None if a value is not finite (they need
+        the general form)."""
+        cols = list(zip(*rows, strict=True))
+        try:
+            if not math.isfinite(sum(map(sum, cols))):  # a sum is finite only if all are
+                return None
+        except OverflowError:
+            return None
+        a, b, c = plan.cuts
+        made = cls.__new__(cls)
+        made.t, made.plan, made.sums, made.counts, made.values = t, plan, None, None, {}
+        made.last, made.n = rows[-1][:a], len(rows)
+        made.sum = tuple(map(sum, cols[a:b]))
+        made.low, made.high = tuple(map(min, cols[b:c])), tuple(map(max, cols[c:]))
+        return made
 
     def metrics(self) -> int:
         return len(self.plan.keys) if self.plan is not None else len(self.values)
@@ -373,12 +413,21 @@ class _Series:
     """One series' (worker, scope, pid, tid) samples in SampleBins: its earliest sample, kept
     as it came (never folded), its time bins, and the span of its times."""
 
-    __slots__ = ("bins", "earliest", "first", "latest")
+    __slots__ = ("bins", "earliest", "first", "latest", "open", "plan", "rows", "size", "t",
+                 "times")
 
     def __init__(self, first: Sample) -> None:
         self.first = first
         self.earliest = self.latest = first.t_ns
         self.bins: dict[int, _Bin] = {}
+        # The rows not yet folded: samples of one layout in one bin, in time order (the
+        # latest at t), folded together when the next falls elsewhere (SampleBins.row).
+        self.open: int | None = None  # their bin; None when there are none
+        self.plan: _Plan | None = None
+        self.size = 0  # their layout's number of metrics
+        self.rows: list[tuple[float, ...]] = []
+        self.times: list[int] = []  # each row's
+        self.t = 0
 
 
 class SampleBins:
@@ -391,8 +440,9 @@ class SampleBins:
     and the rates between bins exact, rates averaged, peaks and dips kept. A run of more
     series than the budget holds at one bin each takes that much instead, and says so."""
 
-    def __init__(self, limit_bytes: int) -> None:
+    def __init__(self, limit_bytes: int, progress: Callable[[], float] | None = None) -> None:
         self.limit = max(int(limit_bytes), 1)
+        self._progress = progress
         self.width = 0  # ns; 0 until the budget is first reached
         self.seen = 0  # samples added
         self.kept = 0  # samples or bins held
@@ -400,23 +450,115 @@ class SampleBins:
         self._threshold = self.limit  # widen past this many bytes
         self._plain: list[Sample] | None = []  # until the budget is first reached
         self._series: dict[_Key, _Series] = {}
+        self._open: list[_Series] = []  # the series with rows not yet folded
+        self._rows = 0  # how many rows they hold
+        # At most this many (~400 B each: a tuple and its numbers), 1/40 of the budget;
+        # past it, all are folded.
+        self._most_rows = max(1024, self.limit // 16384)
 
     def add(self, s: Sample) -> None:
-        self.seen += 1
+        self.rows(s.worker, [(s.t_ns, s.scope, s.pid, s.tid, s.values)])
+
+    def rows(self, wid: str, new: list[tuple[int, str, int | None, int | None,
+                                              dict[str, float]]]) -> None:
+        """Add one worker's samples, given as (t, scope, pid, tid, values), values checked by
+        the caller (and copied here where they are kept as they are)."""
+        self.seen += len(new)
         if self._plain is not None:
-            self._plain.append(s)
-            self.kept += 1
-            self.bytes += sample_bytes(s.values)
-            if self.bytes > self._threshold:
-                plain, self._plain = self._plain, None
-                self.kept = self.bytes = 0
-                for one in plain:
-                    self._bin(one)
-                self._widen()
+            for t, scope, pid, tid, values in new:
+                self._plain.append(Sample(wid, t, scope, pid, dict(values), tid))
+                self.kept += 1
+                self.bytes += sample_bytes(values)
+            if self.bytes > self._threshold:  # the budget reached: binned from now on
+                self._start()
             return
-        self._bin(s)
+        found, extend = self._series.get, self._extend
+        for t, scope, pid, tid, values in new:
+            series = found((wid, scope, pid, tid))
+            if series is not None and extend(series, t, values):
+                continue
+            self._bin(Sample(wid, t, scope, pid, dict(values), tid))
+        if self._rows >= self._most_rows:
+            self._close_all()
         if self.bytes > self._threshold:
             self._widen()
+
+    def _start(self) -> None:
+        """Bin the samples kept so far, in bins as wide as _widen would make them."""
+        plain, self._plain = self._plain or [], None
+        spans: dict[_Key, list[int]] = {}  # series -> [earliest, latest, samples]
+        for s in plain:
+            have = spans.get((s.worker, s.scope, s.pid, s.tid))
+            if have is None:
+                spans[(s.worker, s.scope, s.pid, s.tid)] = [s.t_ns, s.t_ns, 1]
+            else:
+                have[0], have[1], have[2] = min(have[0], s.t_ns), max(have[1], s.t_ns), have[2] + 1
+        earliest, latest, count = max(spans.values(), key=lambda have: have[1] - have[0])
+        self.width = self._width(max(latest - earliest, 1) / count, self.bytes)
+        self.kept = self.bytes = 0
+        for s in plain:
+            series = self._series.get((s.worker, s.scope, s.pid, s.tid))
+            if series is None or not self._extend(series, s.t_ns, s.values):
+                self._bin(s)
+        self._close_all()
+        if self.bytes > self.limit // 2:
+            self._widen()
+        self._threshold = max(self.limit, 2 * self.bytes)
+
+    def _width(self, spacing: float, size: int) -> int:
+        """The least power of two of ns of at least `spacing` (a series' ns between samples)
+        times how far `size` bytes of bins are over half the budget."""
+        over = size / (self.limit / 2)
+        if self._progress is not None:
+            # A file of known length: bins as wide as its whole would need, projected from
+            # the part read (at most 64 times as many samples), not doubled again and again
+            # as its samples come (each doubling folds every bin again).
+            over /= min(max(self._progress(), 1 / 64), 1.0)
+        width = max(self.width * 2, 1)
+        while width < spacing * over:
+            width *= 2
+        return width
+
+    def _extend(self, series: _Series, t: int, values: dict[str, float]) -> bool:
+        """Add a sample to its series' open rows if it is the next of them: in their bin, not
+        earlier than they are, of their layout. Whether it was."""
+        plan = series.plan
+        if (plan is None or series.open != t // self.width or t < series.t
+                or len(values) != series.size):
+            return False
+        try:
+            series.rows.append(plan.get_row(values))
+        except KeyError:  # another layout of as many keys
+            return False
+        series.times.append(t)
+        series.t, series.latest = t, max(series.latest, t)
+        self._rows += 1
+        return True
+
+    def _close(self, series: _Series) -> None:
+        """Fold a series' open rows into their bin."""
+        index, plan, rows, times = series.open, series.plan, series.rows, series.times
+        series.open, series.plan, series.rows, series.times = None, None, [], []
+        if index is None or plan is None or not rows:
+            return
+        made = _Bin.of_rows(series.t, plan, rows)
+        if made is None:  # a value not finite: one by one, in the general form
+            for t, row in zip(times, rows, strict=True):
+                self._fold(series, index, t, dict(zip(
+                    plan.last + plan.mean + plan.low + plan.high, row, strict=True)))
+            return
+        have = series.bins.get(index)
+        if have is not None:
+            have.merge(made)
+            return
+        series.bins[index] = made
+        self.kept += 1
+        self.bytes += SAMPLE_BYTES + VALUE_BYTES * len(plan.keys)
+
+    def _close_all(self) -> None:
+        for series in self._open:
+            self._close(series)
+        self._open, self._rows = [], 0
 
     def _bin(self, s: Sample) -> None:
         key = (s.worker, s.scope, s.pid, s.tid)
@@ -434,26 +576,35 @@ class SampleBins:
         if t < series.first.t_ns:  # the earlier one takes its place; the one it had is binned
             self.bytes += sample_bytes(s.values) - sample_bytes(series.first.values)
             s, series.first = series.first, s
-        bins = series.bins
-        index = s.t_ns // self.width if self.width else s.t_ns
-        b = bins.get(index)
+            t = s.t_ns
+        index = t // self.width if self.width else t  # a bin of its own until widened
+        if series.open is not None:
+            self._close(series)
+        else:
+            self._open.append(series)
+        # The first row of the next run of this series' samples in one bin, folded when the
+        # run ends.
+        plan = _layout(s.values)
+        series.open, series.plan, series.size, series.t = index, plan, len(plan.keys), t
+        series.rows, series.times = [plan.get_row(s.values)], [t]
+        self._rows += 1
+
+    def _fold(self, series: _Series, index: int, t: int, values: dict[str, float]) -> None:
+        b = series.bins.get(index)
         if b is not None:
-            b.fold(s.t_ns, s.values)
+            b.fold(t, values)
             return
-        bins[index] = _Bin(s.t_ns, s.values)
+        series.bins[index] = _Bin(t, values)
         self.kept += 1
-        self.bytes += sample_bytes(s.values)
+        self.bytes += sample_bytes(values)
 
     def _widen(self) -> None:
+        self._close_all()
         # Start from the longest series' spacing, scaled by how far over half the budget the
         # bins are; then double until they fit, or every series is in a bin or two.
         widest = max(self._series.values(), key=lambda series: series.latest - series.earliest)
         longest = max(widest.latest - widest.earliest, 1)
-        spacing = longest / max(len(widest.bins), 1)
-        over = self.bytes / (self.limit / 2)
-        width = max(self.width * 2, 1)
-        while width < spacing * over:
-            width *= 2
+        width = self._width(longest / max(len(widest.bins), 1), self.bytes)
         while True:
             self._rebin(width)
             if self.bytes <= self.limit // 2 or width > 2 * longest:
@@ -484,6 +635,7 @@ class SampleBins:
     def samples(self, take: bool = False) -> list[Sample]:
         """What is kept, as Samples. take: hand them over, emptying this (no second copy in
         memory: a record's timeline is built once)."""
+        self._close_all()
         if self._plain is not None:
             out = self._plain if take else list(self._plain)
             if take:
@@ -499,6 +651,7 @@ class SampleBins:
 
     def note(self) -> str | None:
         """What the binning did, for each worker's notes; None while nothing was binned."""
+        self._close_all()
         if not self.width:
             return None
         over = (f"; {len(self._series):,} series take more than that at a bin or two each"
@@ -517,12 +670,14 @@ class TimelineBuilder:
     their open jobs and notes are kept; samples, spans, marks and ended jobs are not (a sample
     is checked only for what a live view reads of it: its tree and GPU values)."""
 
-    def __init__(self, keep: bool = True, max_sample_bytes: int | None = None) -> None:
+    def __init__(self, keep: bool = True, max_sample_bytes: int | None = None,
+                 progress: Callable[[], float] | None = None) -> None:
         self.keep = keep
         self.t = Timeline()
-        # Past max_sample_bytes of samples, they are folded into time bins (SampleBins).
-        self.bins = (SampleBins(max_sample_bytes) if max_sample_bytes is not None and keep
-                     else None)
+        # Past max_sample_bytes of samples, they are folded into time bins (SampleBins;
+        # progress: how much of its input has been read, 0 to 1, where that is known).
+        self.bins = (SampleBins(max_sample_bytes, progress)
+                     if max_sample_bytes is not None and keep else None)
         self._anchor: dict[str, tuple[int, int]] = {}
         self._boot_anchor: dict[str, tuple[int, int]] = {}
         self._open_jobs: dict[tuple[str, int], dict[str, Any]] = {}
@@ -655,33 +810,38 @@ class TimelineBuilder:
         if t > self.last_sample.get(wid, t - 1):
             self.last_sample[wid] = t
         root = self._roots.get(wid)
-        names = {int(pid): str(name) for pid, _, name in b.get("new", ())}
-        new: list[Sample] = []
+        got = b.get("new", _ABSENT)  # absent: nothing to do; anything else, as it is
+        names = None if got is _ABSENT else {int(pid): str(name) for pid, _, name in got}
+        # (t, scope, pid, tid, values), each checked, not yet copied.
+        new: list[tuple[int, str, int | None, int | None, dict[str, float]]] = []
         if b.get("tree"):
-            new.append(Sample(wid, t, "tree", root, _numbers(b["tree"])))
+            new.append((t, "tree", root, None, _checked(b["tree"])))
         for pid, values in b.get("procs", ()):
-            new.append(Sample(wid, t, "proc", int(pid), _numbers(values)))
+            new.append((t, "proc", int(pid), None, _checked(values)))
         if b.get("host"):
-            new.append(Sample(wid, t, "host", None, _numbers(b["host"])))
+            new.append((t, "host", None, None, _checked(b["host"])))
         for index, values in b.get("gpus", ()):
-            new.append(Sample(wid, t, protocol.gpu_scope(index), None, _numbers(values)))
+            new.append((t, protocol.gpu_scope(index), None, None, _checked(values)))
         for row in b.get("threads", ()):
-            pid, tid, values = int(row[0]), int(row[1]), _numbers(row[2])
-            new.append(Sample(wid, t, "thread", pid, values, tid))
+            pid, tid, values = int(row[0]), int(row[1]), _checked(row[2])
+            new.append((t, "thread", pid, tid, values))
             if len(row) > 3:  # a thread that started since the last sample: 0 CPU then
-                new.append(Sample(wid, self._wall(wid, row[3]), "thread", pid,
-                                  {k: 0.0 for k in values if k != "cpu_percent"}, tid))
+                new.append((self._wall(wid, row[3]), "thread", pid, tid,
+                            {k: 0.0 for k in values if k != "cpu_percent"}))
         if b.get("sidecar"):  # what monitoring this tree cost, on its root as tree is
-            new.append(Sample(wid, t, "sidecar", root, _numbers(b["sidecar"])))
-        notes = [str(n) for n in b.get("notes", ())]
+            new.append((t, "sidecar", root, None, _checked(b["sidecar"])))
+        got = b.get("notes", _ABSENT)
+        notes = None if got is _ABSENT else [str(n) for n in got]
         # All checked: now add.
         if self.bins is not None:
-            for smp in new:
-                self.bins.add(smp)
+            self.bins.rows(wid, new)
         else:
-            self.t.samples.extend(new)
-        self.t.processes.update({(wid, pid): name for pid, name in names.items()})
-        self._add_notes(self.worker(wid), notes)
+            self.t.samples.extend(Sample(wid, when, scope, pid, dict(values), tid)
+                                  for when, scope, pid, tid, values in new)
+        if names:
+            self.t.processes.update({(wid, pid): name for pid, name in names.items()})
+        if notes:
+            self._add_notes(self.worker(wid), notes)
 
     def plain_records(self, wid: str, b: dict[str, Any]) -> tuple[int, list[PlainSpan],
                                                                    dict[str, Any] | None]:

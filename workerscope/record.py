@@ -693,6 +693,11 @@ class RecordReader:
         self.version = 2
         self._seed = 0
         self._inflate: _Decompressor | None = None  # the stream read; None: none, or lost
+        self._at = self._end = 0  # the byte read up to, of how many
+
+    def progress(self) -> float:
+        """The part of the record read so far, 0 to 1 (by its bytes; in a block, to its end)."""
+        return self._at / self._end if self._end else 0.0
 
     def __iter__(self) -> Iterator[Entry]:
         with _open_regular(self.path) as f:
@@ -713,8 +718,12 @@ class RecordReader:
             yield from self._entries(window, pos)
 
     def _entries(self, window: _Window, pos: int) -> Iterator[Entry]:
+        self._end = window.end
         while pos < window.end:
             entry, after = self._entry_at(window, pos)
+            # Read up to where this entry ends: within a block, more than is read (how far
+            # into its bytes an inner entry lies is not known), so never less.
+            self._at = max(after, pos)
             if entry is not None and entry.tag in (STREAM, BLOCK):
                 for inner in self._inflated(entry):
                     if inner.tag == FRAME:
@@ -894,7 +903,7 @@ def _cycles_paused() -> Iterator[None]:
 def _read_record(path: str | os.PathLike[str], limit: int | None = None,
                  facts: Facts | None = None, max_sample_bytes: int | None = None) -> Timeline:
     reader = RecordReader(path, limit)
-    builder = TimelineBuilder(max_sample_bytes=max_sample_bytes)
+    builder = TimelineBuilder(max_sample_bytes=max_sample_bytes, progress=reader.progress)
     written = Facts()  # the facts entries merged (a first layout's: the last one)
     bad: dict[str, int] = {}  # worker -> frames of it that did not fold
     unreadable = 0  # entries that are no frame or no facts at all

@@ -9,7 +9,8 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workerscope.builder import _Bin, fold_rule
+from workerscope.builder import SampleBins, _Bin, fold_rule, sample_bytes
+from workerscope.timeline import Sample
 
 EXAMPLES = int(os.environ.get("WORKERSCOPE_FUZZ_EXAMPLES", "300"))
 
@@ -68,3 +69,108 @@ def test_a_sidecars_series_folds_columnar_and_keeps_each_rule():
     assert b.result() == {"cpu_s": 3, "cpu_percent": 40.0, "mem_available_bytes": 2,
                           "rss_bytes": 9}
     assert [fold_rule(k) for k in METRICS[:4]] == [0, 1, 2, 3]
+
+
+# -- SampleBins: samples folded a run of rows at a time equal the plain fold of each -----------
+KEYS = (("w1", "tree", 1, None), ("w1", "proc", 2, None), ("w2", "thread", 3, 4))
+
+
+@st.composite
+def stream(draw: st.DrawFn) -> list[Sample]:
+    """Samples of a few series, in runs shuffled (so out of time order now and then), each
+    series in time order or not; times unique within a series (the order of equal times is
+    not what is tested)."""
+    out = []
+    for key in KEYS:
+        times = draw(st.lists(st.integers(0, 4_000), unique=True, min_size=1, max_size=40))
+        if draw(st.booleans()):
+            times.sort()  # a sidecar's series: in order
+        for t in times:
+            values = draw(sample())[1]
+            out.append(Sample(key[0], t * 1_000, key[1], key[2], values, key[3]))
+    # Interleaved in runs (as frames of many workers come), each series in its own order.
+    rnd = draw(st.randoms(use_true_random=False))
+    chunk = draw(st.integers(1, 20))
+    runs = [out[i:i + chunk] for i in range(0, len(out), chunk)]
+    rnd.shuffle(runs)
+    return [s for run in runs for s in run]
+
+
+def _binned(samples: list[Sample]) -> dict[tuple, tuple[Sample, list[Sample]]]:
+    """Each series' earliest sample (the first to come of its time) and its others."""
+    first: dict[tuple, Sample] = {}
+    rest: dict[tuple, list[Sample]] = {}
+    for s in samples:
+        key = (s.worker, s.scope, s.pid, s.tid)
+        if key not in first:
+            first[key] = s
+            continue
+        if s.t_ns < first[key].t_ns:
+            s, first[key] = first[key], s
+        rest.setdefault(key, []).append(s)
+    return {key: (first[key], rest.get(key, [])) for key in first}
+
+
+def _check_bin(got: Sample, members: list[Sample]) -> None:
+    """A bin of these samples, whichever order they were folded in: at the latest time; a
+    metric wherever one had it; of the finite values, the mean of a rate, the min of what
+    runs out, the max of other gauges, and the latest sample's counter where it has one (a
+    counter the latest sample lacks: one of theirs); a metric with no finite value: not
+    finite, or left out (which, depends on the order they were folded in)."""
+    latest = max(members, key=lambda s: s.t_ns)
+    assert got.t_ns == latest.t_ns
+    keys = {k for s in members for k in s.values}
+    counted = {k for s in members for k, v in s.values.items() if math.isfinite(v)}
+    assert counted <= set(got.values) <= keys
+    for k in keys & set(got.values):
+        finite_ = [s.values[k] for s in members if k in s.values and math.isfinite(s.values[k])]
+        v = got.values[k]
+        if not finite_:
+            assert not math.isfinite(v), (k, v)
+            continue
+        rule = fold_rule(k)
+        if rule == 1:
+            want = sum(finite_) / len(finite_)
+            assert math.isclose(v, want, rel_tol=1e-9, abs_tol=1e-3), (k, v, want)
+        elif rule == 2:
+            assert v == min(finite_), (k, v)
+        elif rule == 3:
+            assert v == max(finite_), (k, v)
+        elif k in latest.values and math.isfinite(latest.values[k]):
+            assert v == latest.values[k], (k, v)
+        else:
+            assert v in finite_, (k, v)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(stream(), st.integers(2, 60), st.booleans())
+def test_bins_equal_the_plain_fold_of_each_sample(samples, budget, hinted):
+    """Whatever the order, layouts and values, SampleBins (runs of one series' rows in one bin
+    folded a column at a time, bins widened as the samples come, or sized at once from how
+    much of the input is read) keeps each series' earliest sample as it came, and a bin of
+    its final width for each of the others' times, holding what fold_rule says of them."""
+    fed = [0]
+    bins = SampleBins(budget * sample_bytes(LAYOUT),
+                      progress=(lambda: fed[0] / len(samples)) if hinted else None)
+    for s in samples:
+        fed[0] += 1
+        bins.add(s)
+    kept = bins.samples()
+    assert bins.seen == len(samples)
+    if not bins.width:  # within the budget: every sample as it came
+        assert sorted(kept, key=id) == sorted(samples, key=id) or kept == samples
+        return
+    want = _binned(samples)
+    got: dict[tuple, list[Sample]] = {}
+    for s in kept:
+        got.setdefault((s.worker, s.scope, s.pid, s.tid), []).append(s)
+    assert got.keys() == want.keys()
+    for key, (first, rest) in want.items():
+        mine = got[key]
+        assert mine[0] == first
+        members: dict[int, list[Sample]] = {}
+        for s in rest:
+            members.setdefault(s.t_ns // bins.width, []).append(s)
+        assert len(mine) - 1 == len(members)
+        for b in mine[1:]:
+            _check_bin(b, members[b.t_ns // bins.width])
