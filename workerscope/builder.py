@@ -436,7 +436,10 @@ class SampleBins:
     its counters start from, a thread's start at 0 CPU) and folds the rest into time bins of
     one width, a power of two of nanoseconds, doubled until the bins take at most half the
     budget; as the run goes on it doubles again, so memory stays bounded however long the
-    record is. A bin is one Sample at its last time, its metrics kept by fold_rule: totals
+    record is. `progress` (how much of a file has been read, 0 to 1) sizes the bins for the
+    whole file from the part read, so they are not folded again at each doubling. A series'
+    run of samples of one layout in one bin is kept as rows and folded together when the
+    run ends (at most 1/40 of the budget is such rows). A bin is one Sample at its last time, its metrics kept by fold_rule: totals
     and the rates between bins exact, rates averaged, peaks and dips kept. A run of more
     series than the budget holds at one bin each takes that much instead, and says so."""
 
