@@ -439,8 +439,9 @@ class SampleBins:
     record is. `progress` (how much of a file has been read, 0 to 1) sizes the bins for the
     whole file from the part read, so they are not folded again at each doubling. A series'
     run of samples of one layout in one bin is kept as rows and folded together when the
-    run ends (at most 1/40 of the budget is such rows). A bin is one Sample at its last time, its metrics kept by fold_rule: totals
-    and the rates between bins exact, rates averaged, peaks and dips kept. A run of more
+    run ends (at most 1/40 of the budget is such rows). A bin is one Sample at its last
+    time, its metrics kept by fold_rule: totals and the rates between bins exact, rates
+    averaged, peaks and dips kept. A run of more
     series than the budget holds at one bin each takes that much instead, and says so."""
 
     def __init__(self, limit_bytes: int, progress: Callable[[], float] | None = None) -> None:
