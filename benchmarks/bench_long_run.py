@@ -11,7 +11,8 @@ on tcp://127.0.0.1 with CURVE, as a driver program runs it. SENDERS processes ea
 WORKERS / SENDERS workers, one DEALER (one connection) per worker, as a sidecar has: each
 worker says hello, starts a job, then sends SECONDS samples shaped like a sidecar's (a tree, 4
 processes and the host, bench_ingest.sample_body) dated one second apart, a spans frame of 20
-spans every 10 samples and a heartbeat every sample; then it ends the job and says bye. The
+spans (one thread's calls, one after another) every 10 samples and a heartbeat every sample;
+then it ends the job and says bye. The
 frames of an hour are sent in about a minute: what is measured is the driver's memory as a
 function of the frames it received, which does not depend on how fast they came. At the end
 the script checks every frame is in the record (streamed, not loaded). Then it loads the
@@ -145,8 +146,11 @@ def worker_frames(wid: str, pid: int, seconds: int) -> Any:
         t = t0 + s * 1_000_000_000
         out = [frame(protocol.SAMPLE, sample_body(s, t, pids))]
         if s % SPANS_EVERY == SPANS_EVERY - 1:
+            # One thread's calls, one after another (2 ms each, 0.4 ms apart), in the last
+            # 50 ms before the sample.
             records = [span_record(job=1, id=s * 100 + i, parent=1, name=f"step{i % 4}",
-                                   start_ns=t - 50_000_000, end_ns=t - 1_000_000, tid=pid)
+                                   start_ns=t - 50_000_000 + i * 2_400_000,
+                                   end_ns=t - 48_000_000 + i * 2_400_000, tid=pid)
                        for i in range(SPANS_PER_FRAME)]
             out.append(frame(protocol.SPANS, {"pid": pid, "records": records}))
         out.append(frame(protocol.HEARTBEAT, {"t": t, "dropped": 0}))

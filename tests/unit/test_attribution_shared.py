@@ -37,6 +37,33 @@ def spans(draw: st.DrawFn) -> tuple[int, int]:
     return start, start + draw(st.sampled_from([0, 1, 999_999])) + length
 
 
+def short_spans(until_ms: int = 10_000) -> st.SearchStrategy[tuple[int, int]]:
+    """Calls of up to 30 ms, most between two samples (the path of its own that such a span
+    takes), some on a sample or across one; starting in [-10 ms, until_ms + 10 ms]."""
+    starts = st.integers(min_value=-10_000, max_value=(until_ms + 10) * 1_000)
+    return st.tuples(starts, st.integers(min_value=0, max_value=30_000)).map(
+        lambda s: (s[0] * 1_000, (s[0] + s[1]) * 1_000))
+
+
+@st.composite
+def steady_samples(draw: st.DrawFn) -> list[tuple[int, dict[str, float]]]:
+    """A process as a sidecar reads it, 100 ms apart: counters that only rise, an RSS that
+    moves by a few MiB an interval (so growth figures are pinned), a high-water mark that
+    rises above it now and then (a peak between two samples)."""
+    n = draw(st.integers(min_value=2, max_value=12))
+    steps = st.floats(min_value=-4 * MB, max_value=4 * MB, allow_nan=False)
+    rows, cpu, io, rss, hwm = [], 0.0, 0.0, 64.0 * MB, 64.0 * MB
+    for i in range(n):
+        rss = max(rss + draw(steps), 0.0)
+        hwm = max(hwm, rss + draw(st.sampled_from([0.0, 0.0, 1.0, 3.0])) * MB)
+        cpu += draw(st.floats(min_value=0, max_value=0.1))
+        io += draw(st.integers(min_value=0, max_value=1 << 20))
+        rows.append((i * 100_000_000, {"cpu_user_s": cpu, "cpu_system_s": 0.0, "rss_bytes": rss,
+                                       "peak_rss_bytes": hwm, "read_bytes": io,
+                                       "write_bytes": io / 2}))
+    return rows
+
+
 def _proc(rows: list[tuple[int, dict[str, float]]]) -> dict[str, a._Series]:
     return {"cpu": a._series(rows, a._cpu), "rss": a._series(rows, "rss_bytes"),
             "hwm": a._series(rows, "peak_rss_bytes"), "read": a._series(rows, "read_bytes"),
@@ -49,7 +76,7 @@ def _same(x: dict[str, float], y: dict[str, float]) -> bool:
 
 
 @settings(max_examples=400, deadline=None)
-@given(samples(), samples(), st.lists(spans(), min_size=1, max_size=6))
+@given(samples(), samples(), st.lists(spans() | short_spans(), min_size=1, max_size=6))
 def test_shared_path_equals_the_general_one(rows: list[tuple[int, dict[str, float]]],
                                             tree_rows: list[tuple[int, dict[str, float]]],
                                             edges: list[tuple[int, int]]) -> None:
@@ -60,6 +87,16 @@ def test_shared_path_equals_the_general_one(rows: list[tuple[int, dict[str, floa
         span = Span("w", 1, k, None, "f", t0, t1, 10, 10)
         general, fast = a._one(span, p, tree, mem), a._one(span, p, tree, mem, shared)
         assert _same(general, fast), (general, fast)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steady_samples(), steady_samples(), st.lists(short_spans(1_200), min_size=1, max_size=12))
+def test_shared_path_equals_the_general_one_on_steady_samples(
+        rows: list[tuple[int, dict[str, float]]], tree_rows: list[tuple[int, dict[str, float]]],
+        edges: list[tuple[int, int]]) -> None:
+    """Short calls between a sidecar-like process's samples, where figures are pinned: the
+    path such a call takes gives the general path's figures, the growth ones included."""
+    test_shared_path_equals_the_general_one.hypothesis.inner_test(rows, tree_rows, edges)
 
 
 def test_a_process_whose_samples_skip_a_key_takes_the_general_path() -> None:

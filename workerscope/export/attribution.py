@@ -211,17 +211,25 @@ def attribute(t: Timeline) -> Attribution:
             gpu_cache[worker] = _gpu_series(rows)
         return cache[key]
 
+    # (worker, pid) -> what its spans are worked out from: its series, its tree's, its Memory,
+    # its shared sample times and its tree's GPU use (None where the tree used no GPU).
+    context: dict[tuple[str, int], tuple[Any, ...]] = {}
     thread_cpu: dict[tuple[str, int, int], _Series] = {}
     out: Attribution = {}
     beside = _concurrent(t.spans) if by_thread else set()
     for span in t.spans:
         key = (span.worker, span.pid, span.id)
-        proc = proc_series(span.worker, span.pid)
-        p_key = ("p", span.worker, span.pid)
-        out[key] = _one(span, proc, tree_series(span.worker), memory[p_key], shared[p_key])
-        gpu = gpu_cache[span.worker].busy(span.start_ns, span.end_ns)
-        if gpu is not None:
-            out[key]["gpu_busy_percent"], out[key]["gpu_idle_s"] = gpu
+        ctx = context.get(key[:2])
+        if ctx is None:
+            proc, tree = proc_series(span.worker, span.pid), tree_series(span.worker)
+            p_key, gpu_use = ("p", span.worker, span.pid), gpu_cache[span.worker]
+            ctx = context[key[:2]] = (proc, tree, memory[p_key], shared[p_key],
+                                      gpu_use if gpu_use.times else None)
+        out[key] = res = _one(span, *ctx[:4])
+        if ctx[4] is not None:
+            gpu = ctx[4].busy(span.start_ns, span.end_ns)
+            if gpu is not None:
+                res["gpu_busy_percent"], res["gpu_idle_s"] = gpu
         thread = (span.worker, span.pid, span.tid)
         if key in beside and thread in by_thread:
             if thread not in thread_cpu:
@@ -239,8 +247,15 @@ def attribute(t: Timeline) -> Attribution:
 
 
 def _delta(series: _Series, t0: int, t1: int) -> float | None:
-    a, b = series.at(t0), series.at(t1)
-    return None if a is None or b is None else max(b - a, 0.0)
+    """A counter's rise over [t0, t1], interpolated at each edge (0 where it fell)."""
+    times, values = series.times, series.values
+    k = bisect.bisect_left(times, t0)
+    if 0 < k < len(times) and t1 < times[k]:  # both edges in one interval: its rate
+        a, span = times[k - 1], times[k] - times[k - 1]
+        v0, dv = values[k - 1], values[k] - values[k - 1]
+        return max((v0 + dv * (t1 - a) / span) - (v0 + dv * (t0 - a) / span), 0.0)
+    start, end = series.at(t0), series.at(t1)
+    return None if start is None or end is None else max(end - start, 0.0)
 
 
 def _one(span: Span, p: dict[str, _Series], tree: dict[str, _Series], mem: Memory,
@@ -287,6 +302,8 @@ def _one_shared(span: Span, p: dict[str, _Series], tree: dict[str, _Series], mem
     t0, t1 = span.start_ns, span.end_ns
     at0, at1 = bisect.bisect_left(times, t0), bisect.bisect_left(times, t1)
     after1 = bisect.bisect_right(times, t1)
+    if at0 == after1 and 0 < at0 < len(times):
+        return _inside(t0, t1, p, tree, mem, times, at0)
     res: dict[str, float] = {}
     # Each series' value at each edge, the four interpolated in one call an edge.
     columns = [p["cpu"].values, p["read"].values, p["write"].values, p["rss"].values]
@@ -324,6 +341,46 @@ def _one_shared(span: Span, p: dict[str, _Series], tree: dict[str, _Series], mem
     return res
 
 
+def _inside(t0: int, t1: int, p: dict[str, _Series], tree: dict[str, _Series], mem: Memory,
+            times: list[int], k: int) -> dict[str, float]:
+    """_one_shared of a span between two samples, times[k - 1] < t0 <= t1 < times[k] (most
+    spans, where calls are shorter than the interval): every figure from that interval alone,
+    by the same arithmetic, without the lists, slices and bisects the general case needs. No
+    sample falls inside the span, so it has no GPU figures of its process."""
+    a, span = times[k - 1], times[k] - times[k - 1]
+    d0, d1 = t0 - a, t1 - a
+    res: dict[str, float] = {}
+    cpu = p["cpu"].values
+    if cpu:
+        c0, dc = cpu[k - 1], cpu[k] - cpu[k - 1]
+        res["cpu_s"] = max((c0 + dc * d1 / span) - (c0 + dc * d0 / span), 0.0)
+    tree_cpu = _delta(tree["cpu"], t0, t1)
+    if tree_cpu is not None:
+        res["tree_cpu_s"] = tree_cpu
+    read, write = p["read"].values, p["write"].values
+    if read:
+        v0, dv = read[k - 1], read[k] - read[k - 1]
+        res["read_bytes"] = max((v0 + dv * d1 / span) - (v0 + dv * d0 / span), 0.0)
+    if write:
+        v0, dv = write[k - 1], write[k] - write[k - 1]
+        res["write_bytes"] = max((v0 + dv * d1 / span) - (v0 + dv * d0 / span), 0.0)
+    rss = p["rss"].values
+    if rss:
+        r0, dr = rss[k - 1], rss[k] - rss[k - 1]
+        peak = max(r0 + dr * d0 / span, r0 + dr * d1 / span)
+        hwm = p["hwm"].values
+        if hwm and hwm[k] > hwm[k - 1]:
+            peak = max(peak, hwm[k])
+        res["peak_rss_bytes"] = peak
+    if mem.times:
+        for name, bounds in zip(("rss_growth_bytes", "peak_growth_bytes"),
+                                mem.growth_inside(t0, t1, k), strict=True):
+            figure = pinned(bounds)
+            if figure is not None:
+                res[name] = figure
+    return res
+
+
 def _percentile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return math.nan
@@ -354,13 +411,16 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
     walls: dict[tuple[str, str], list[float]] = {}
     for s in t.spans:
         key = (s.name, s.kind)
-        row = rows.setdefault(key, {"name": s.name, "kind": s.kind, "calls": 0, "total_s": 0.0,
-                                    "self_s": 0.0, "cpu_s": 0.0, "peak_rss_bytes": 0.0,
-                                    "peak_growth_bytes": None, "errors": 0, "cut_short": 0,
-                                    "has_cpu": False, "cpu_measured": 0,
-                                    "gpu_idle_s": None, "gpu_busy_percent": None, "gpu_wall": 0.0})
+        row = rows.get(key)
+        if row is None:  # (a row made only once a name, not once a call)
+            row = rows[key] = {"name": s.name, "kind": s.kind, "calls": 0, "total_s": 0.0,
+                               "self_s": 0.0, "cpu_s": 0.0, "peak_rss_bytes": 0.0,
+                               "peak_growth_bytes": None, "errors": 0, "cut_short": 0,
+                               "has_cpu": False, "cpu_measured": 0,
+                               "gpu_idle_s": None, "gpu_busy_percent": None, "gpu_wall": 0.0}
+            walls[key] = []
         wall = s.duration_ns / 1e9
-        walls.setdefault(key, []).append(wall)
+        walls[key].append(wall)
         row["calls"] += 1
         row["total_s"] += wall
         row["self_s"] += max(s.duration_ns - child_time.get((s.worker, s.pid, s.id), 0), 0) / 1e9

@@ -101,6 +101,26 @@ class Memory:
             return None, None
         return (end[0] - start[1], end[1] - start[0]), self._peak(t0, t1, start, end, lo_i, hi_i)
 
+    def growth_inside(self, t0: int, t1: int, k: int) -> tuple[Bounds, Bounds]:
+        """growth(t0, t1) of a span between two samples, times[k - 1] < t0 <= t1 < times[k]
+        (the common case: calls shorter than the interval), by the same arithmetic as
+        level() and _peak() take there, without their bisects, slices and branches."""
+        a, b = self.times[k - 1], self.times[k]
+        ra, rb = self.rss[k - 1], self.rss[k]
+        low, high = min(ra, rb), max(ra, rb)
+        lo0 = max(low, rb - MAX_RISE * (b - t0) / 1e9)
+        hi0 = min(high, ra + MAX_RISE * (t0 - a) / 1e9)
+        if lo0 > hi0:
+            lo0 = hi0 = ra + (rb - ra) * (t0 - a) / (b - a)
+        lo1 = max(low, rb - MAX_RISE * (b - t1) / 1e9)
+        hi1 = min(high, ra + MAX_RISE * (t1 - a) / 1e9)
+        if lo1 > hi1:
+            lo1 = hi1 = ra + (rb - ra) * (t1 - a) / (b - a)
+        peak_lo, peak_hi = max(lo0, lo1), max(hi0, hi1)
+        if self.hwm[k] > self.hwm[k - 1]:  # a new peak in the interval: as much as reachable
+            peak_hi = max(peak_hi, min(self.hwm[k], hi0 + MAX_RISE * (t1 - t0) / 1e9))
+        return (lo1 - hi0, hi1 - lo0), (max(peak_lo - hi0, 0.0), max(peak_hi - lo0, 0.0))
+
     def _peak(self, t0: int, t1: int, start: Bounds, end: Bounds, lo_i: int, hi_i: int) -> Bounds:
         times, rss, hwm = self.times, self.rss, self.hwm
         peak_lo = max(start[0], end[0], *rss[lo_i:hi_i])

@@ -133,9 +133,18 @@ def _fill(row: list[str], ax: _Axis, start_ns: int, end_ns: int, cell: str) -> N
 
 def _draw_spans(spans: list[tuple[Span, list[str]]], ax: _Axis) -> None:
     """Each span on its row; then, over the rest, the spans cut short (what was lost to a
-    death must not be hidden), then a failed span's end."""
+    death must not be hidden), then a failed span's end. `spans` in start order: a span
+    then draws only the columns of its row past those drawn already (the span that drew
+    the last of them started no later, so it covers the rest of this one's), and a
+    worker's thousands of calls in one column cost one column's drawing."""
+    drawn: dict[int, int] = {}  # id(row) -> the last column drawn on it
     for s, row in spans:
-        _fill(row, ax, s.start_ns, s.end_ns, "█")
+        last = ax.col(s.end_ns)
+        done = drawn.get(id(row), -1)
+        if last > done:
+            for c in range(max(ax.col(s.start_ns), done + 1), last + 1):
+                row[c] = "█"
+            drawn[id(row)] = last
     for s, row in spans:
         if is_cut_short(s):
             _fill(row, ax, s.start_ns, s.end_ns, "▓")
