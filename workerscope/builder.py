@@ -257,9 +257,12 @@ class _Bin:
     Two forms, one result. Columnar: while every sample folded in has the same keys in the
     same order, all finite (a sidecar's series), each rule's values are a tuple of their own,
     folded in C (map with max, min and add). General: a map per metric, for anything else;
-    a columnar bin turns general when a sample or bin of another layout meets it."""
+    a columnar bin turns general when a sample or bin of another layout meets it. A general
+    bin keeps the time of each counter's value (`when`): a counter the latest sample lacks
+    is then the latest sample's that has it, in whatever order they were folded."""
 
-    __slots__ = ("counts", "high", "last", "low", "n", "plan", "sum", "sums", "t", "values")
+    __slots__ = ("counts", "high", "last", "low", "n", "plan", "sum", "sums", "t", "values",
+                 "when")
 
     def __init__(self, t: int, values: dict[str, float], columnar: bool = True) -> None:
         self.t = t
@@ -268,6 +271,7 @@ class _Bin:
         self.counts: dict[str, int] | None = None
         if self.plan is None:
             self.values = values
+            self.when = {k: t for k in values if _rule(k) == LAST}
             return
         p = self.plan
         self.values = {}
@@ -305,6 +309,7 @@ class _Bin:
         self.values = self.result()
         self.sums = dict(zip(p.mean, self.sum, strict=True))
         self.counts = dict.fromkeys(p.mean, self.n)
+        self.when = dict.fromkeys(p.last, self.t)
         self.plan = None
 
     def _means(self) -> tuple[dict[str, float], dict[str, int]]:
@@ -314,19 +319,19 @@ class _Bin:
             self.counts = dict.fromkeys(self.sums, 1)
         return self.sums, self.counts
 
-    def _keep(self, k: str, v: float, later: bool, sums: dict[str, float],
+    def _keep(self, k: str, v: float, t: int, sums: dict[str, float],
               counts: dict[str, int], n: int = 1) -> None:
+        """Fold one finite value, of a sample (or a bin's counter) at t, into a general bin."""
         mine = self.values
         rule = _rule(k)
         if rule == MEAN:
             sums[k] = sums.get(k, 0.0) + v
             counts[k] = counts.get(k, 0) + n
-        elif k not in mine or not math.isfinite(mine[k]):
-            mine[k] = v
         elif rule == LAST:
-            if later:
-                mine[k] = v
-        elif (v > mine[k]) if rule == HIGH else (v < mine[k]):
+            if k not in mine or not math.isfinite(mine[k]) or t >= self.when[k]:
+                mine[k], self.when[k] = v, t
+        elif (k not in mine or not math.isfinite(mine[k])
+              or ((v > mine[k]) if rule == HIGH else (v < mine[k]))):
             mine[k] = v
 
     def fold(self, t: int, values: dict[str, float]) -> None:
@@ -345,7 +350,7 @@ class _Bin:
         sums, counts = self._means()
         for k, v in values.items():
             if math.isfinite(v):
-                self._keep(k, v, later, sums, counts)
+                self._keep(k, v, t, sums, counts)
         if later:
             self.t = t
 
@@ -366,10 +371,10 @@ class _Bin:
         sums, counts = self._means()
         their_sums, their_counts = other._means()
         for k, total in their_sums.items():
-            self._keep(k, total, later, sums, counts, their_counts[k])
+            self._keep(k, total, other.t, sums, counts, their_counts[k])
         for k, v in other.values.items():
             if _rule(k) != MEAN and math.isfinite(v):
-                self._keep(k, v, later, sums, counts)
+                self._keep(k, v, other.when.get(k, other.t), sums, counts)
         if later:
             self.t = other.t
 

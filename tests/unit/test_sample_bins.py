@@ -71,6 +71,23 @@ def test_a_sidecars_series_folds_columnar_and_keeps_each_rule():
     assert [fold_rule(k) for k in METRICS[:4]] == [0, 1, 2, 3]
 
 
+def test_a_counter_the_latest_sample_lacks_is_the_latest_that_has_it():
+    """Out of order: the latest sample (t 3) has no counter; of the two that have it, the one
+    at t 2 folded before the one at t 1. The counter is t 2's, folded one by one or bins
+    merged, in either order (it was t 1's when it came after the latest)."""
+    a, b, c = (3, {"rss_bytes": 7.0}), (2, {"cpu_s": 20.0}), (1, {"cpu_s": 10.0})
+    for order in ((a, b, c), (a, c, b), (c, a, b), (b, a, c)):
+        one = _Bin(*order[0])
+        for t, values in order[1:]:
+            one.fold(t, values)
+        merged = _Bin(*order[0])
+        for t, values in order[1:]:
+            merged.merge(_Bin(t, values))
+        for got in (one, merged):
+            assert got.t == 3
+            assert got.result() == {"rss_bytes": 7.0, "cpu_s": 20.0}, order
+
+
 # -- SampleBins: samples folded a run of rows at a time equal the plain fold of each -----------
 KEYS = (("w1", "tree", 1, None), ("w1", "proc", 2, None), ("w2", "thread", 3, 4))
 
@@ -114,9 +131,9 @@ def _binned(samples: list[Sample]) -> dict[tuple, tuple[Sample, list[Sample]]]:
 def _check_bin(got: Sample, members: list[Sample]) -> None:
     """A bin of these samples, whichever order they were folded in: at the latest time; a
     metric wherever one had it; of the finite values, the mean of a rate, the min of what
-    runs out, the max of other gauges, and the latest sample's counter where it has one (a
-    counter the latest sample lacks: one of theirs); a metric with no finite value: not
-    finite, or left out (which, depends on the order they were folded in)."""
+    runs out, the max of other gauges, and of a counter the latest sample's that has a finite
+    one; a metric with no finite value: not finite, or left out (which, depends on the order
+    they were folded in)."""
     latest = max(members, key=lambda s: s.t_ns)
     assert got.t_ns == latest.t_ns
     keys = {k for s in members for k in s.values}
@@ -136,10 +153,9 @@ def _check_bin(got: Sample, members: list[Sample]) -> None:
             assert v == min(finite_), (k, v)
         elif rule == 3:
             assert v == max(finite_), (k, v)
-        elif k in latest.values and math.isfinite(latest.values[k]):
-            assert v == latest.values[k], (k, v)
-        else:
-            assert v in finite_, (k, v)
+        else:  # a counter: the latest sample's that has one (times are unique in a series)
+            have = [s for s in members if k in s.values and math.isfinite(s.values[k])]
+            assert v == max(have, key=lambda s: s.t_ns).values[k], (k, v)
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
