@@ -6,11 +6,14 @@ import json
 
 import pytest
 from factories import frame, sample, span, span_record, timeline, worker
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workerscope import Timeline, load, protocol
 from workerscope.builder import build
 from workerscope.errors import WorkerscopeError
 from workerscope.export.chrome import to_chrome
+from workerscope.timeline import in_start_order
 
 
 def frames_of_worker(wid, host, pid, wall, mono, records=(), jobs=((1, 100, 900),)):
@@ -153,3 +156,17 @@ def test_the_json_trace_has_no_counter_tracks_of_idle_threads():
     names = {e["name"] for e in counters}
     assert any("12" in n for n in names), names
     assert not any("11" in n for n in names), names
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 20)), max_size=60))
+def test_spans_in_start_order_are_by_start_then_the_longer_first(edges):
+    """in_start_order (two C-keyed sorts) orders spans as one sort by (start, -end) does,
+    spans that tie on both left as they came."""
+    spans = [span(id=k, start_ns=a, end_ns=a + d) for k, (a, d) in enumerate(edges)]
+    want = sorted(spans, key=lambda s: (s.start_ns, -s.end_ns))
+    assert [s.id for s in in_start_order(spans)] == [s.id for s in want]
+    t = timeline(spans=list(reversed(spans)))
+    t.sort()
+    assert [s.id for s in t.spans] == [s.id for s in sorted(
+        reversed(spans), key=lambda s: (s.start_ns, -s.end_ns))]

@@ -44,6 +44,7 @@ def add_parser(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write each file asked for, or with none asked for, show the timeline here."""
     from ..record import load
+    from ._common import settle
 
     if args.max_sample_mib is not None and args.max_sample_mib < 0:
         raise UsageError("--max-sample-mib must be 0 (every sample) or more")
@@ -61,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         budget = int(args.max_sample_mib * 2**20) or None
         timeline = load(args.file, max_sample_bytes=budget)
+    settle()  # held to the end
     wrote = [timeline.save(path) for path in outputs]
     if wrote:
         for path in wrote:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..timeline import Job, Span, Timeline
+from ..timeline import Job, Span, Timeline, in_start_order
 from ..units import json_safe
 from .attribution import NOT_FAILED, Attribution, attribute
 from .counters import counter_groups, counter_metrics, counter_name, group_values
@@ -52,7 +52,7 @@ def split_nested(spans: list[Span]) -> tuple[list[Span], list[Span]]:
     """Split one thread's spans into those that nest properly and those that overlap."""
     nested, overlapping = [], []
     stack: list[Span] = []
-    for s in sorted(spans, key=lambda s: (s.start_ns, -s.end_ns)):
+    for s in in_start_order(spans):
         while stack and stack[-1].end_ns <= s.start_ns:
             stack.pop()
         if stack and s.end_ns > stack[-1].end_ns:

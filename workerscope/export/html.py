@@ -21,7 +21,7 @@ import zlib
 from importlib import resources
 from typing import Any
 
-from ..timeline import Span, Timeline
+from ..timeline import Span, Timeline, in_start_order
 from ..units import fmt_seconds, json_safe
 from .attribution import DIED, Attribution, attribute, function_table, workers_table
 from .causes import cause_lines, stragglers
@@ -104,7 +104,7 @@ def to_html(timeline: Timeline, title: str = "workerscope report") -> str:
 def _payload(t: Timeline, attribution: Attribution, wtable: list[dict[str, Any]]
              ) -> tuple[dict[str, Any], list[str]]:
     notices: list[str] = []
-    spans = sorted(t.spans, key=lambda s: (s.start_ns, -s.end_ns))
+    spans = in_start_order(t.spans)
     sc = scene(t, spans)
     origin, order = sc.origin, sc.order
     lane, depth, lanes, squeezed = place(spans, sc, MAX_LANES)

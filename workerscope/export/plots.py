@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from ..errors import MissingExtraError
-from ..timeline import Span, Timeline, write_atomic
+from ..timeline import Span, Timeline, in_start_order, write_atomic
 from ..units import binary_scale, short_worker
 from .attribution import DIED
 from .breakdown import OTHERS
@@ -71,8 +71,7 @@ def _bars(ax: Any, t: Timeline, wid: str, row: int, origin: int, colors: dict[st
     # million artists.
     lanes: dict[tuple[int, str, bool, bool], list[tuple[float, float]]] = {}
     labels = []
-    spans: list[Span] = sorted((s for s in t.spans if s.worker == wid),
-                               key=lambda s: (s.start_ns, -s.end_ns))
+    spans: list[Span] = in_start_order(s for s in t.spans if s.worker == wid)
     # A lane per depth, and more for spans that ran beside others (lanes.py)
     for s, depth in zip(spans, layout(spans, limit=1_000).lanes, strict=True):
         color = JOB_COLOR if s.kind == "job" else colors[s.name]

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import protocol
 from ..protocol import Status
-from ..timeline import Job, Span, Timeline
+from ..timeline import Job, Span, Timeline, in_start_order
 from ..units import fmt_bytes, fmt_percent, fmt_seconds, printable, short_worker
 from .attribution import (
     DIED,
@@ -176,7 +176,7 @@ def _rows(spans: list[Span]) -> tuple[list[Span], list[int], dict[tuple[int, int
     """A worker's spans, sorted, the Gantt row of each, and the row of each job, by (pid, id). One
     row, unless jobs (or spans outside any job) ran at once, in threads: each gets a row of
     its own, the first free one (lanes.py), its spans on its row."""
-    mine = sorted(spans, key=lambda s: (s.start_ns, -s.end_ns))
+    mine = in_start_order(spans)
     placed = layout(mine, limit=1_000)
     outer = sorted({placed.lanes[r] for r in placed.roots})
     rank = {lane: min(k, MAX_ROWS - 1) for k, lane in enumerate(outer)}
