@@ -225,13 +225,15 @@ def attribute(t: Timeline) -> Attribution:
             p_key, gpu_use = ("p", span.worker, span.pid), gpu_cache[span.worker]
             ctx = context[key[:2]] = (proc, tree, memory[p_key], shared[p_key],
                                       gpu_use if gpu_use.times else None)
-        out[key] = res = _one(span, *ctx[:4])
-        if ctx[4] is not None:
-            gpu = ctx[4].busy(span.start_ns, span.end_ns)
+        proc, tree, mem, times, gpu_use = ctx
+        out[key] = res = (_one(span, proc, tree, mem) if times is None
+                          else _one_shared(span, proc, tree, mem, times))
+        if gpu_use is not None:
+            gpu = gpu_use.busy(span.start_ns, span.end_ns)
             if gpu is not None:
                 res["gpu_busy_percent"], res["gpu_idle_s"] = gpu
         thread = (span.worker, span.pid, span.tid)
-        if key in beside and thread in by_thread:
+        if beside and key in beside and thread in by_thread:
             if thread not in thread_cpu:
                 thread_cpu[thread] = _series(sorted(by_thread[thread], key=lambda r: r[0]), _cpu)
             cpu = thread_cpu[thread]
@@ -300,10 +302,10 @@ def _one_shared(span: Span, p: dict[str, _Series], tree: dict[str, _Series], mem
     """_one where the process's series share their sample times: the same figures, by the same
     arithmetic, from three bisects of the span's edges rather than one or two a series."""
     t0, t1 = span.start_ns, span.end_ns
-    at0, at1 = bisect.bisect_left(times, t0), bisect.bisect_left(times, t1)
-    after1 = bisect.bisect_right(times, t1)
-    if at0 == after1 and 0 < at0 < len(times):
+    at0 = bisect.bisect_left(times, t0)
+    if 0 < at0 < len(times) and t1 < times[at0]:  # times[at0 - 1] < t0 <= t1 < times[at0]
         return _inside(t0, t1, p, tree, mem, times, at0)
+    at1, after1 = bisect.bisect_left(times, t1), bisect.bisect_right(times, t1)
     res: dict[str, float] = {}
     # Each series' value at each edge, the four interpolated in one call an edge.
     columns = [p["cpu"].values, p["read"].values, p["write"].values, p["rss"].values]
