@@ -391,6 +391,9 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
+_NONE: dict[str, float] = {}  # a span's figures where attribution has none (never written)
+
+
 def function_table(t: Timeline, attribution: Attribution | None = None) -> list[dict[str, Any]]:
     """One row per span name (jobs included, kind "job"): calls, wall-time statistics, self time
     (wall minus time in child spans), attributed CPU (`cpu_measured`: every call's was
@@ -421,15 +424,16 @@ def function_table(t: Timeline, attribution: Attribution | None = None) -> list[
                                "has_cpu": False, "cpu_measured": 0,
                                "gpu_idle_s": None, "gpu_busy_percent": None, "gpu_wall": 0.0}
             walls[key] = []
-        wall = s.duration_ns / 1e9
+        duration, ids = s.end_ns - s.start_ns, (s.worker, s.pid, s.id)
+        wall = duration / 1e9
         walls[key].append(wall)
         row["calls"] += 1
         row["total_s"] += wall
-        row["self_s"] += max(s.duration_ns - child_time.get((s.worker, s.pid, s.id), 0), 0) / 1e9
+        row["self_s"] += max(duration - child_time.get(ids, 0), 0) / 1e9
         row["errors"] += s.error is not None
         row["cut_short"] += is_cut_short(s)
         row["cpu_measured"] += s.cpu_ns is not None
-        a = attribution.get((s.worker, s.pid, s.id), {})
+        a = attribution.get(ids, _NONE)
         if "cpu_s" in a:
             row["cpu_s"] += a["cpu_s"]
             row["has_cpu"] = True
