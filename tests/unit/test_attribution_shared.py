@@ -64,6 +64,12 @@ def steady_samples(draw: st.DrawFn) -> list[tuple[int, dict[str, float]]]:
     return rows
 
 
+def reversed_spans(until_ms: int = 10_000) -> st.SearchStrategy[tuple[int, int]]:
+    """Spans that end before they start (a record may hold them: clocks that stepped back),
+    mostly within one interval or two."""
+    return short_spans(until_ms).map(lambda edges: (edges[1], edges[0]))
+
+
 def _proc(rows: list[tuple[int, dict[str, float]]]) -> dict[str, a._Series]:
     return {"cpu": a._series(rows, a._cpu), "rss": a._series(rows, "rss_bytes"),
             "hwm": a._series(rows, "peak_rss_bytes"), "read": a._series(rows, "read_bytes"),
@@ -76,7 +82,7 @@ def _same(x: dict[str, float], y: dict[str, float]) -> bool:
 
 
 @settings(max_examples=400, deadline=None)
-@given(samples(), samples(), st.lists(spans() | short_spans(), min_size=1, max_size=6))
+@given(samples(), samples(), st.lists(spans() | short_spans() | reversed_spans(), min_size=1, max_size=6))
 def test_shared_path_equals_the_general_one(rows: list[tuple[int, dict[str, float]]],
                                             tree_rows: list[tuple[int, dict[str, float]]],
                                             edges: list[tuple[int, int]]) -> None:
@@ -90,13 +96,22 @@ def test_shared_path_equals_the_general_one(rows: list[tuple[int, dict[str, floa
 
 
 @settings(max_examples=300, deadline=None)
-@given(steady_samples(), steady_samples(), st.lists(short_spans(1_200), min_size=1, max_size=12))
+@given(steady_samples(), steady_samples(), st.lists(short_spans(1_200) | reversed_spans(1_200), min_size=1,
+                                                        max_size=12))
 def test_shared_path_equals_the_general_one_on_steady_samples(
         rows: list[tuple[int, dict[str, float]]], tree_rows: list[tuple[int, dict[str, float]]],
         edges: list[tuple[int, int]]) -> None:
     """Short calls between a sidecar-like process's samples, where figures are pinned: the
     path such a call takes gives the general path's figures, the growth ones included."""
     test_shared_path_equals_the_general_one.hypothesis.inner_test(rows, tree_rows, edges)
+
+
+def test_a_counters_delta_over_a_span_that_ends_before_it_starts_is_zero() -> None:
+    """A span backwards in time inside one interval is not that interval's share: the
+    counter's values at its edges, end minus start, as for any span (0 where it fell)."""
+    series = a._Series([0, 100, 200], [0.0, 10.0, 0.0])
+    assert a._delta(series, 150, 50) == max(series.at(50) - series.at(150), 0.0) == 0.0
+    assert a._delta(series, 160, 120) == max(series.at(120) - series.at(160), 0.0)
 
 
 def test_a_process_whose_samples_skip_a_key_takes_the_general_path() -> None:

@@ -252,7 +252,7 @@ def _delta(series: _Series, t0: int, t1: int) -> float | None:
     """A counter's rise over [t0, t1], interpolated at each edge (0 where it fell)."""
     times, values = series.times, series.values
     k = bisect.bisect_left(times, t0)
-    if 0 < k < len(times) and t1 < times[k]:  # both edges in one interval: its rate
+    if 0 < k < len(times) and t0 <= t1 < times[k]:  # both edges in one interval: its rate
         a, span = times[k - 1], times[k] - times[k - 1]
         v0, dv = values[k - 1], values[k] - values[k - 1]
         return max((v0 + dv * (t1 - a) / span) - (v0 + dv * (t0 - a) / span), 0.0)
@@ -303,7 +303,7 @@ def _one_shared(span: Span, p: dict[str, _Series], tree: dict[str, _Series], mem
     arithmetic, from three bisects of the span's edges rather than one or two a series."""
     t0, t1 = span.start_ns, span.end_ns
     at0 = bisect.bisect_left(times, t0)
-    if 0 < at0 < len(times) and t1 < times[at0]:  # times[at0 - 1] < t0 <= t1 < times[at0]
+    if 0 < at0 < len(times) and t0 <= t1 < times[at0]:  # times[at0 - 1] < t0 <= t1 < ...
         return _inside(t0, t1, p, tree, mem, times, at0)
     at1, after1 = bisect.bisect_left(times, t1), bisect.bisect_right(times, t1)
     res: dict[str, float] = {}
