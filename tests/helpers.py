@@ -14,6 +14,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 
 import psutil
 
@@ -26,6 +27,17 @@ from workerscope.worker import link as launcher
 # own. Here, not in conftest.py: `from conftest import` would find tests/unit's or
 # tests/integration's conftest first.
 TEST_ENV = {"WORKERSCOPE_BYE_TIMEOUT": "0.3"}
+
+
+def wait_until(condition: Callable[[], object], what: str = "the condition",
+               timeout: float = 60.0, step: float = 0.01) -> None:
+    """Wait until `condition()` holds, looking again every `step` seconds: a test waits on
+    what it needs, never a fixed time. Fails the test after `timeout` seconds, naming
+    `what`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(step)
 
 
 def python_script(code: str) -> list[str]:

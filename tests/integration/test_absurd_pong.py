@@ -6,6 +6,7 @@ import time
 
 import pytest
 import zmq
+from helpers import wait_until
 
 from workerscope import Subscriber, protocol
 from workerscope.driver.clock import ClockSync
@@ -39,9 +40,8 @@ def test_a_driver_given_an_absurd_pong_closes_and_saves(clean_env, tmp_path, t1)
         assert ping.kind == protocol.PING
         pong = {"id": ping.body["id"], "t0": ping.body["t0"], "t1": t1}
         sock.send(protocol.encode_frame(protocol.PONG, wid, 1, pong))
-        deadline = time.monotonic() + 30
-        while sub.received.get(wid, 0) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: sub.received.get(wid, 0) >= 2, "the hello and the pong",
+                   timeout=30)
     finally:
         sock.close(0)
         ctx.term()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import zmq
+from helpers import wait_until
 
 from workerscope import Subscriber, monitor, procfs, protocol, timed
 from workerscope.transport import dealer
@@ -28,9 +29,7 @@ def test_a_false_anchor_with_this_host_s_boot_id_moves_no_real_worker(clean_env)
             fake = {"host": "h", "pid": 1, "boot_id": procfs.boot_id(),
                     "anchor": [time.time_ns() + CENTURIES, time.monotonic_ns()]}
             sock.send(protocol.encode_frame(protocol.HELLO, "h:1:2", 0, fake))
-            deadline = time.monotonic() + 30
-            while "h:1:2" not in sub.received and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_until(lambda: "h:1:2" in sub.received, "the fake hello", timeout=30)
         finally:
             sock.close(0)
             ctx.term()

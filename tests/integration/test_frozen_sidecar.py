@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from helpers import orphan_sidecars
+from helpers import orphan_sidecars, wait_until
 
 from workerscope import profiled
 from workerscope.worker import link as launcher
@@ -43,9 +43,8 @@ def test_jobs_go_on_when_the_sidecar_is_stopped(clean_env):
     sidecar.wait(timeout=30)
     # A sidecar that took over and fell behind the 50,000 jobs was given up on in turn (the
     # worker's writes to it timed out): it still works through the jobs it took, then ends.
-    deadline = time.monotonic() + 180
-    while orphan_sidecars() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: not orphan_sidecars(), "the orphan sidecars to end", timeout=180,
+               step=0.1)
     assert not orphan_sidecars()
 
 

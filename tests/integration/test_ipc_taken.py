@@ -11,10 +11,10 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 from workerscope import profiled
 from workerscope.worker import light, link
@@ -96,9 +96,7 @@ def test_a_socket_another_user_binds_after_the_driver_left_gets_no_frames(clean_
         with Subscriber(f"ipc://{path}") as sub:
             sock = dealer(ctx, sub.endpoint)
             sock.send(protocol.encode_frame("hello", "h:1:2", 0, {"host": "h", "pid": 1}))
-            deadline = time.monotonic() + 30
-            while "h:1:2" not in sub.received and time.monotonic() < deadline:
-                time.sleep(0.02)
+            wait_until(lambda: "h:1:2" in sub.received, "the hello", timeout=30, step=0.02)
             assert "h:1:2" in sub.received
         assert not path.exists()
         attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, str(path)],

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from helpers import burn_code, python_script
+from helpers import burn_code, python_script, wait_until
 
 from workerscope import load
 from workerscope.sidecar.tree import ProcessTree
@@ -52,13 +52,6 @@ wait_for(pid_file)
 if exit_file != "-":
     wait_for(exit_file)
 """
-
-
-def wait_until(condition, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def ppid_of(pid: int) -> int | None:

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import time
 
-from helpers import python_script
+from helpers import python_script, wait_until
 
 from workerscope import Subscriber
 from workerscope.protocol import Status
@@ -39,9 +39,8 @@ def test_a_killed_light_job_lasts_until_its_worker_was_found_gone(clean_env):
             child.kill()
             child.wait()
             child.stdout.close()
-        deadline = time.monotonic() + 30
-        while Status.DEAD not in sub.states().values() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: Status.DEAD in sub.states().values(), "the worker's death",
+                   timeout=30, step=0.05)
         found = time.monotonic()
         [job] = sub.timeline().jobs
     assert job.status == Status.LOST

@@ -4,9 +4,8 @@ driver nothing but counted drops."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
+from helpers import wait_until
 
 pytest.importorskip("opentelemetry.proto")
 
@@ -43,9 +42,9 @@ def test_an_exporter_process_that_dies_is_said_and_its_frames_counted(clean_env)
     live = LiveOtlp("http://127.0.0.1:9", "t", dict, flush_s=3600)
     try:
         live._child.kill()
-        deadline = time.monotonic() + 30
-        while live.counts().last_error is None and time.monotonic() < deadline:
-            time.sleep(0.05)  # a poll: the reader thread sees the pipe close
+        # The reader thread sees the pipe close.
+        wait_until(lambda: live.counts().last_error is not None, "the exporter's exit",
+                   timeout=30, step=0.05)
         assert "exited" in (live.counts().last_error or ""), live.counts()
         for _ in range(10):
             live.put(protocol.SAMPLE, frame(protocol.SAMPLE, body={"t": 0}))

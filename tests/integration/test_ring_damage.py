@@ -13,18 +13,11 @@ import threading
 import time
 
 import psutil
+from helpers import wait_until
 
 from workerscope import monitor, span
 from workerscope import spanring as sr
 from workerscope.worker import recorder
-
-
-def wait_until(condition, timeout=30.0, what="the condition"):
-    """Poll `condition` until it holds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 def _sidecar():
@@ -71,7 +64,8 @@ def test_a_scribbled_ring_loses_its_garbage_counted_and_said(clean_env):
         side = _sidecar()
         side.send_signal(signal.SIGSTOP)
         try:
-            wait_until(lambda: side.status() == psutil.STATUS_STOPPED, what="the sidecar to stop")
+            wait_until(lambda: side.status() == psutil.STATUS_STOPPED, what="the sidecar to stop",
+                       timeout=30, step=0.005)
             c0 = q[sr.H_COUNTER]
             for _ in range(20):
                 with span("b1"):

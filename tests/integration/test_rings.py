@@ -20,6 +20,7 @@ import threading
 import time
 
 import pytest
+from helpers import wait_until
 
 from workerscope import Subscriber, load, mark, monitor, span, timed
 
@@ -27,14 +28,6 @@ from workerscope import Subscriber, load, mark, monitor, span, timed
 def python_script(code):
     """argv running `code` (dedented) in a fresh interpreter."""
     return [sys.executable, "-c", textwrap.dedent(code)]
-
-
-def wait_until(condition, timeout=30.0, what="the condition"):
-    """Poll `condition` until it holds (a test waits on what it needs, never a fixed time)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def by_id(timeline):
@@ -75,14 +68,14 @@ def test_sigkill_inside_an_open_span_loses_no_span(clean_env, tmp_path):
     with Subscriber() as sub:
         worker = subprocess.Popen([*python_script(KILLED_JOB), sub.endpoint, str(out), str(flag)])
         try:
-            wait_until(flag.exists, what="the worker to enter its last span")
+            wait_until(flag.exists, what="the worker to enter its last span", timeout=30)
         finally:
             worker.send_signal(signal.SIGKILL)
             worker.wait()
         killed_at = time.time_ns()
         assert sub.wait(jobs=1, byes=1, timeout=30)
         driver = sub.timeline()
-    wait_until(out.exists, what="the out file")
+    wait_until(out.exists, what="the out file", timeout=30)
     for t in (driver, load(out)):
         (job,) = t.jobs
         assert job.status in ("killed", "oom_killed") and job.status != "ok"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-import time
+
+from helpers import wait_until
 
 from workerscope import Subscriber, profiled
 from workerscope.worker import light
@@ -26,9 +27,8 @@ def test_a_worker_with_a_wrong_key_is_told_how_to_fix_it(clean_env, caplog):
         with caplog.at_level(logging.WARNING, logger="workerscope"):
             profiled(lambda: 1, mode="light", endpoint=bad)()
             profiled(lambda: 1, mode="heavy", endpoint=bad, interval=0.5)()
-            deadline = time.monotonic() + 30
-            while sub.refused["handshakes"] == 0 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: sub.refused["handshakes"] > 0, "a refused handshake",
+                       timeout=30, step=0.05)
             light._close_senders()
         said = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
         assert any("refused this worker's keys" in m and "?curve=" in m for m in said), said
