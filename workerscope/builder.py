@@ -199,7 +199,7 @@ class _Plan:
     layout folds with a few C calls, not a Python step per metric."""
 
     __slots__ = ("cuts", "get_high", "get_last", "get_low", "get_mean", "get_row", "high",
-                 "keys", "last", "low", "mean")
+                 "keys", "last", "low", "mean", "row_keys")
 
     def __init__(self, keys: tuple[str, ...]) -> None:
         self.keys = keys
@@ -212,7 +212,8 @@ class _Plan:
             _getter(g) for g in (self.last, self.mean, self.low, self.high))
         # A sample's values as one row, the rules' groups one after the other (a series'
         # rows of one bin are folded a column at a time: _Bin.of_rows), and where each ends.
-        self.get_row = _getter(self.last + self.mean + self.low + self.high)
+        self.row_keys = self.last + self.mean + self.low + self.high
+        self.get_row = _getter(self.row_keys)
         a = len(self.last)
         b = a + len(self.mean)
         self.cuts = (a, b, b + len(self.low))
@@ -548,8 +549,7 @@ class SampleBins:
         made = _Bin.of_rows(series.t, plan, rows)
         if made is None:  # a value not finite: one by one, in the general form
             for t, row in zip(times, rows, strict=True):
-                self._fold(series, index, t, dict(zip(
-                    plan.last + plan.mean + plan.low + plan.high, row, strict=True)))
+                self._fold(series, index, t, dict(zip(plan.row_keys, row, strict=True)))
             return
         have = series.bins.get(index)
         if have is not None:
