@@ -146,7 +146,8 @@ class Config:
         65_536, Scope.LINK, _count(1 << 24),
         "span records each worker process's ring holds for the sidecar (48 bytes each, twice "
         "that with span_cpu); a ring "
-        "that fills counts what it overwrote in spans_lost")
+        "that fills counts what it overwrote in spans_lost, and a note of the sidecar's gives "
+        "the size that would have held it")
     samples_per_frame: int = _setting(
         1, Scope.LINK, _count(10_000),
         "sample N times, send one frame with the last, min, mean and max of each metric")

@@ -48,6 +48,7 @@ from typing import Any
 
 from . import procfs, protocol
 from .errors import ProtocolError
+from .units import fmt_bytes
 
 MAGIC = int.from_bytes(b"WSCRING\x01", "little")
 # 2: a header of 24 words, the reader's position in it (H_READ); 3: THREAD entries carry
@@ -118,6 +119,30 @@ _UNNAMED = ("<name not recorded: the ring's names table is full>", None)
 _OVERWRITTEN = ("<name not recorded: the span ring's names area was damaged>", None)
 _EXTRA_KEYS = {"attrs": dict, "error": str, "traceback": str}  # what an extras entry holds
 _MISS = (1, 0, None)  # a job-cache entry no start falls in
+
+
+MOST_RING_RECORDS = 1 << 24  # the ring_records setting's bound (config.py)
+
+
+def ring_size_note(pid: int, peak: int, capacity: int, overwritten: int,
+                   pace: float | None) -> str:
+    """How big a ring would have held what one that filled was asked to: its process, the
+    most records that waited at one read (`peak`), its capacity, what was overwritten, and
+    the most records a second its reader took in (None: not measured). The size is given
+    at twice the peak (a larger ring takes longer to read, so more waits meanwhile); with
+    span_cpu a span takes two records and the setting counts spans, so it is then twice
+    what is needed."""
+    want = capacity_for(2 * peak)
+    fit = (f"a ring_records of at least {want:,} (WORKERSCOPE_RING_RECORDS={want}; "
+           f"{fmt_bytes(want * RECORD_BYTES)} of shared memory for each process) would have "
+           "held what waited then" if want <= MOST_RING_RECORDS else
+           f"no ring_records setting holds it (the most is {MOST_RING_RECORDS:,})")
+    read = ("" if pace is None else
+            f"; its reader took in at most {pace:,.0f} records a second here, and spans "
+            "recorded faster than that for longer than the ring lasts are lost whatever its "
+            "size: fewer, longer spans (@timed on the callers) keep them")
+    return (f"span ring of pid {pid}: at its fullest {peak:,} records waited to be read in a "
+            f"ring of {capacity:,}, and {overwritten:,} were overwritten; {fit}{read}")
 
 
 def _align(n: int) -> int:
@@ -313,6 +338,9 @@ class RingReader:
         # left unread when the ring could no longer be read (abandon()).
         self.damaged = 0
         self.abandoned = 0
+        # The most records found waiting at one read: a ring of this many would have held
+        # every burst so far, at this reader's pace (what a full ring's note sizes it from).
+        self.backlog_peak = 0
         self.names_damaged = 0  # names and extras entries no writer wrote
         self.extras_damaged = 0
         self.header_damaged = False  # its magic or counter overwritten: read no more
@@ -557,6 +585,8 @@ class RingReader:
         nxt = self.next_seq
         if hi < nxt:
             return [], []
+        if hi - nxt >= self.backlog_peak:
+            self.backlog_peak = hi - nxt + 1
         if hi - nxt >= cap:
             self.lost += hi - cap + 1 - nxt
             nxt = hi - cap + 1

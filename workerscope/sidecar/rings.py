@@ -38,7 +38,7 @@ LISTING_MARGIN_NS = 100_000_000
 
 
 class _Ring:
-    __slots__ = ("cut", "inode", "mm", "path", "pid", "reader")
+    __slots__ = ("cut", "inode", "mm", "path", "pid", "reader", "said")
 
     def __init__(self, pid: int, inode: int, path: str, mm: mmap.mmap,
                  reader: spanring.RingReader) -> None:
@@ -48,6 +48,7 @@ class _Ring:
         self.mm = mm
         self.reader = reader
         self.cut: int | None = None  # the size its file was truncated to: read no more
+        self.said = 0  # the peak backlog its last size note gave (Rings._size_note)
 
     def whole(self) -> bool:
         """Whether the file still has the size it was mapped at (the mapping's fstat): else
@@ -131,6 +132,9 @@ def _unread_in(path: str) -> tuple[int, int] | None:
         mm.close()
 
 
+PACE_RECORDS = 4096  # a drain of fewer says little of the reader's pace
+
+
 class Rings:
     def __init__(self, directory: str, worker_pid: int, dead: object = None) -> None:
         self.dir = directory
@@ -151,6 +155,9 @@ class Rings:
         # Of which damaged, abandoned or a dead sidecar's, not a full ring's.
         self._retired_unread = self._retired_lost
         self.crashed: list[int] = []  # gone processes that left a crash file (take_crashed)
+        # The most span records a second a drain took in and handed out as frames (one of at
+        # least PACE_RECORDS): what a full ring's note says its reader keeps up with.
+        self.pace: float | None = None
         self.scan()
 
     @property
@@ -258,10 +265,15 @@ class Rings:
         """drain() as driver frames: (kind, body, the job it belongs to: None for none, or
         EVERY_JOB). One spans or mark frame per process and job, split to stay far below the
         frame size cap; the running count of lost records to every open job when it moves."""
+        began, records = time.monotonic_ns(), 0
         for batch in self.drain(upto, final, now_ns):
+            records += len(batch.records)
             threads = [list(t) for t in batch.threads]
             for kind, body, job in protocol.span_bodies(batch.pid, batch.records, threads):
                 yield kind, dict(body), EVERY_JOB if job is None and not body["records"] else job
+        took = time.monotonic_ns() - began  # reading, and the caller's sending of each frame
+        if records >= PACE_RECORDS and took > 0:
+            self.pace = max(self.pace or 0.0, records * 1e9 / took)
         for ring in self.rings.values():
             if ring.whole():  # sent by now: a sidecar after this one counts only what follows
                 ring.reader.mark_read()
@@ -333,14 +345,30 @@ class Rings:
         new.extend(self._retired_notes)
         for ring in self.rings.values():
             new.extend(_ring_notes(ring))
+            new.extend(self._size_note(ring, 2))
         new.extend(f"span ring: {e}" for e in self.errors)
         out = [n for n in dict.fromkeys(new) if n not in self._noted]
         self._noted.update(out)
         return out
 
+    def _size_note(self, ring: _Ring, grown: int) -> list[str]:
+        """For a ring that filled, how big a ring would have held it: once its peak backlog
+        is `grown` times the one last said (2 while it is read: at most a note a doubling;
+        1 when it retires: its last figures, if they moved)."""
+        r = ring.reader
+        overwritten = r.lost - r.damaged - r.abandoned
+        if overwritten <= 0 or r.backlog_peak <= r.cap or r.backlog_peak < grown * ring.said:
+            return []
+        if r.backlog_peak == ring.said:
+            return []
+        ring.said = r.backlog_peak
+        return [spanring.ring_size_note(ring.pid, r.backlog_peak, r.cap, overwritten,
+                                        self.pace)]
+
     def _retire(self, key: tuple[int, int]) -> None:
         ring = self.rings.pop(key)
         self._retired_notes.extend(_ring_notes(ring))
+        self._retired_notes.extend(self._size_note(ring, 1))
         self._retired_lost += ring.reader.lost
         self._retired_unread += ring.reader.damaged + ring.reader.abandoned
         ring.reader.close()
