@@ -108,3 +108,35 @@ def test_span_frames_of_wide_characters_stay_within_the_frame_limit():
              for kind, body, _ in protocol.span_bodies(7, records, [])]
     assert len(sizes) > 1
     assert max(sizes) <= protocol.SPAN_FRAME_BUDGET * 1.1, max(sizes)
+
+
+# -- the bound on arrays and maps in one frame ----------------------------------------------
+def _spans_frame(records: int) -> bytes:
+    recs = [[0, 1, i, i - 1, "noop", 10**15 + i * 1000, 10**15 + i * 1000 + 500, 12345, None,
+             None, False, None] for i in range(records)]
+    return protocol.encode_frame(protocol.SPANS, "h:1:2", 5, {"pid": 1, "records": recs})
+
+
+def test_a_frame_of_more_arrays_and_maps_than_the_bound_is_refused():
+    """80,002 empty arrays in two lists, each list within the per-array bound: past MAX_ITEMS
+    arrays and maps in all, refused (1 byte each: 80 KB would be ~5 MB of Python lists)."""
+    n = 40_001
+    data = protocol.encode_frame(protocol.SPANS, "h:1:2", 5, {"a": [[]] * n, "b": [[]] * n})
+    assert protocol._COUNT_ABOVE < len(data) < protocol.MAX_FRAME_BYTES
+    with pytest.raises(ProtocolError, match="arrays and maps"):
+        protocol.decode_frame(data)
+    at_bound = protocol.encode_frame(protocol.SPANS, "h:1:2", 5,
+                                     {"a": [[]] * 32_000, "b": [[]] * 32_000})
+    assert len(protocol.decode_frame(at_bound).body["a"]) == 32_000
+
+
+def test_a_large_frame_decodes_as_msgpack_does():
+    """A spans frame of 3,450 records (~134 KB, past the size where containers are counted)
+    and one whose bytes hold many container markers inside a bin value decode as unpackb."""
+    for data in (_spans_frame(3450),
+                 protocol.encode_frame(protocol.SPANS, "h:1:2", 5,
+                                       {"blob": b"\x90\xdc\x80" * 30_000, "x": [[1], {"k": 2}]})):
+        assert len(data) > protocol._COUNT_ABOVE
+        want = msgpack.unpackb(data, raw=False, strict_map_key=True)
+        got = protocol.decode_frame(data)
+        assert [got.kind, got.worker, got.seq, got.body] == want[1:]
