@@ -120,6 +120,9 @@ def _setting(default: Any, scope: Scope, parse: Parser, doc: str, secret: bool =
         "scope": scope, "parse": parse, "doc": doc, "secret": secret})
 
 
+MOST_RING_RECORDS = 1 << 24  # the ring_records setting's bound (a full ring's note sizes to it)
+
+
 @dataclasses.dataclass(frozen=True, repr=False)
 class Config:
     mode: str = _setting(
@@ -143,7 +146,7 @@ class Config:
         2.0, Scope.LINK, _seconds(0, 3600),
         "seconds a sidecar waits for the driver to acknowledge its last frame before it exits")
     ring_records: int = _setting(
-        65_536, Scope.LINK, _count(1 << 24),
+        65_536, Scope.LINK, _count(MOST_RING_RECORDS),
         "span records each worker process's ring holds for the sidecar (48 bytes each, twice "
         "that with span_cpu); a ring "
         "that fills counts what it overwrote in spans_lost, and a note of the sidecar's gives "

@@ -47,6 +47,7 @@ import time
 from typing import Any
 
 from . import procfs, protocol
+from .config import MOST_RING_RECORDS
 from .errors import ProtocolError
 from .units import fmt_bytes
 
@@ -119,9 +120,6 @@ _UNNAMED = ("<name not recorded: the ring's names table is full>", None)
 _OVERWRITTEN = ("<name not recorded: the span ring's names area was damaged>", None)
 _EXTRA_KEYS = {"attrs": dict, "error": str, "traceback": str}  # what an extras entry holds
 _MISS = (1, 0, None)  # a job-cache entry no start falls in
-
-
-MOST_RING_RECORDS = 1 << 24  # the ring_records setting's bound (config.py)
 
 
 def ring_size_note(pid: int, peak: int, capacity: int, overwritten: int,

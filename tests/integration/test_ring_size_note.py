@@ -9,6 +9,7 @@ import tempfile
 import time
 
 from workerscope import spanring
+from workerscope.config import MOST_RING_RECORDS
 from workerscope.sidecar.rings import Rings
 from workerscope.worker import recorder
 
@@ -70,7 +71,7 @@ def test_a_ring_read_while_live_says_its_size_once_a_doubling(clean_env):
 
 def test_no_ring_size_holds_a_burst_past_the_settings_bound():
     """A burst no setting can hold is said so, not sized past the bound."""
-    note = spanring.ring_size_note(7, spanring.MOST_RING_RECORDS, 65_536, 10, 123_456.0)
+    note = spanring.ring_size_note(7, MOST_RING_RECORDS, 65_536, 10, 123_456.0)
     assert "no ring_records setting holds it" in note and "RING_RECORDS=" not in note
     assert "took in at most 123,456 records a second" in note
     fits = spanring.ring_size_note(7, 100_000, 65_536, 10, None)

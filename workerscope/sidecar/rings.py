@@ -357,9 +357,8 @@ class Rings:
         1 when it retires: its last figures, if they moved)."""
         r = ring.reader
         overwritten = r.lost - r.damaged - r.abandoned
-        if overwritten <= 0 or r.backlog_peak <= r.cap or r.backlog_peak < grown * ring.said:
-            return []
-        if r.backlog_peak == ring.said:
+        if (overwritten <= 0 or r.backlog_peak <= max(r.cap, ring.said)
+                or r.backlog_peak < grown * ring.said):
             return []
         ring.said = r.backlog_peak
         return [spanring.ring_size_note(ring.pid, r.backlog_peak, r.cap, overwritten,
