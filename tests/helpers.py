@@ -34,10 +34,19 @@ def wait_until(condition: Callable[[], object], what: str = "the condition",
     """Wait until `condition()` holds, looking again every `step` seconds: a test waits on
     what it needs, never a fixed time. Fails the test after `timeout` seconds, naming
     `what`."""
+    assert eventually(condition, timeout, step), f"timed out waiting for {what}"
+
+
+def eventually(condition: Callable[[], object], timeout: float = 60.0,
+               step: float = 0.01) -> bool:
+    """Whether `condition()` holds within `timeout` seconds, looked at every `step` seconds
+    (for a test that asserts it with a message of its own)."""
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() > deadline:
+            return bool(condition())
         time.sleep(step)
+    return True
 
 
 def python_script(code: str) -> list[str]:

@@ -16,7 +16,7 @@ import time
 
 import psutil
 import zmq
-from helpers import python_script
+from helpers import eventually, python_script
 from jobs import job
 
 from workerscope import Subscriber, monitor, profiled, protocol
@@ -60,7 +60,7 @@ def test_slow_driver_drops_and_counts_instead_of_blocking(clean_env):
         assert [r["n"] for r in results] == list(range(100))
         assert elapsed < 30, f"the job was held back by the slow driver ({elapsed:.1f} s)"
         sub.on_frame = None  # the driver catches up
-        assert _eventually(lambda: sum(sub.dropped.values()) > 0), "no heartbeat told of drops"
+        assert eventually(lambda: sum(sub.dropped.values()) > 0), "no heartbeat told of drops"
         launcher.close_all(wait=True)
         wid = next(iter(sub.received))
         dropped, lost, received = sub.dropped[wid], sub.lost[wid], sub.received[wid]
@@ -120,27 +120,19 @@ def test_stale_then_alive_then_dead(clean_env):
             (wid,) = sub.states()
             assert sub.states()[wid] == "idle"  # its job has ended; no bye yet
             os.kill(sidecar, signal.SIGSTOP)
-            assert _eventually(lambda: sub.states()[wid] == "stale")
+            assert eventually(lambda: sub.states()[wid] == "stale")
             os.kill(sidecar, signal.SIGCONT)
-            assert _eventually(lambda: sub.states()[wid] == "idle")
+            assert eventually(lambda: sub.states()[wid] == "idle")
             os.kill(sidecar, signal.SIGKILL)
             worker.kill()
             worker.wait()
-            assert _eventually(lambda: not psutil.pid_exists(sidecar))
+            assert eventually(lambda: not psutil.pid_exists(sidecar))
             assert sub.states()[wid] == "dead"
             assert sub.timeline().workers[wid].status == "dead"
         finally:
             worker.kill()
             worker.wait()
 
-
-def _eventually(check, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
 
 
 WORKER_WITH_CLOCK = """
@@ -224,7 +216,7 @@ def test_remote_sidecar_is_pinged_and_acked_after_enough_clock_samples(clean_env
             ping = side.recv()
             assert ping.kind == "ping" and ping.worker == "driver"
             side.send("pong", {"id": ping.body["id"], "t0": ping.body["t0"], "t1": "soon"})
-            assert _eventually(lambda: sub.bad_frames == 1, timeout=10)
+            assert eventually(lambda: sub.bad_frames == 1, timeout=10)
             side.send("pong", {"id": ping.body["id"], "t0": ping.body["t0"],
                                "t1": time.time_ns() + ahead})
             side.send("bye", {"status": "exited"})
@@ -261,7 +253,7 @@ def test_failing_callback_is_logged_once_and_never_printed(clean_env, caplog, ca
             side.send("job_start", {"job": 1, "name": "j", "t": 0, "pid": 7})
             side.send("job_end", {"job": 1, "t": 5})
             assert sub.wait(jobs=1, timeout=10)
-            assert _eventually(lambda: sub.callback_errors == 2, timeout=10)
+            assert eventually(lambda: sub.callback_errors == 2, timeout=10)
         finally:
             side.close()
     warnings = [r for r in caplog.records if r.name == "workerscope.driver"]
@@ -315,7 +307,7 @@ def test_live_rows_flag_a_straggler(clean_env):
             # A job's first sample has no CPU rate yet (too close to the last one), and the
             # live view takes a worker's sample at most 5 times a second: under load the
             # flag can come before a sample with a rate does. Wait for both.
-            assert _eventually(lambda: any(r["straggler"] and r["cpu_percent"] is not None
+            assert eventually(lambda: any(r["straggler"] and r["cpu_percent"] is not None
                                            for r in sub.live()), timeout=10)
             (row,) = sub.live()
             assert row["job"] == "slow-one" and row["status"] == "running"

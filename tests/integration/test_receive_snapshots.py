@@ -6,25 +6,17 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import zmq
+from helpers import eventually
 
 from workerscope import Subscriber, protocol
 from workerscope.transport import dealer
 
 WORKERS = 400  # each on its own connection: a connection speaks for one worker only
 
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
-    """Poll a condition that has no event to wait on, up to `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @contextmanager
@@ -69,7 +61,7 @@ def test_counters_can_be_iterated_while_400_workers_say_hello(clean_env):
                 sock.send(protocol.encode_frame(protocol.HELLO, wid, 0, {
                     "host": "h", "pid": 1000 + i, "anchor": anchor}))
                 sock.send(protocol.encode_frame(protocol.HEARTBEAT, wid, 1, {"dropped": i}))
-            arrived = _wait_for(lambda: len(sub.dropped) == WORKERS)
+            arrived = eventually(lambda: len(sub.dropped) == WORKERS)
         finally:
             stop.set()
             reader.join()
@@ -90,7 +82,7 @@ def test_a_counter_read_is_a_copy(clean_env):
         sock = dealer(ctx, sub.endpoint, linger_ms=0)
         try:
             sock.send(protocol.encode_frame(protocol.HEARTBEAT, "h:1:2", 3, {"dropped": 5}))
-            assert _wait_for(lambda: sub.dropped == {"h:1:2": 5})
+            assert eventually(lambda: sub.dropped == {"h:1:2": 5})
         finally:
             sock.close(linger=0)
             ctx.term()

@@ -12,13 +12,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 
 import msgpack
 import pytest
 import zmq
 from factories import span_record
-from helpers import python_script
+from helpers import eventually, python_script
 
 from workerscope import Subscriber, monitor, profiled, protocol
 from workerscope.config import resolve, split_endpoint
@@ -28,15 +27,6 @@ from workerscope.transport import MAX_FRAME_BYTES, dealer
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where jobs.py is
 
-
-def _eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
-    """Poll a condition that has no event to wait on, up to `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def _free_port() -> int:
@@ -89,7 +79,7 @@ def test_tcp_endpoint_carries_keys_and_plain_text_needs_asking(clean_env):
         side = Sender(sub.endpoint)
         try:
             side.hello("plain:1:2")
-            assert _eventually(lambda: "plain:1:2" in sub.received)
+            assert eventually(lambda: "plain:1:2" in sub.received)
         finally:
             side.close()
 
@@ -105,7 +95,7 @@ def test_a_sender_without_the_key_never_gets_in(clean_env):
                 side.hello(f"intruder:{n}:1")
                 side.send(f"intruder:{n}:1", "job_start", {"job": 1, "name": "fake", "t": 0,
                                                            "pid": 7})
-            assert _eventually(lambda: sub.refused["handshakes"] >= 2), sub.refused
+            assert eventually(lambda: sub.refused["handshakes"] >= 2), sub.refused
             job = profiled(sum, mode="heavy", interval=0.05, endpoint=sub.endpoint)
             assert job([1, 2]) == 3
             assert sub.wait(jobs=1, timeout=30)
@@ -123,7 +113,7 @@ def test_a_connection_speaks_only_for_its_own_worker(clean_env):
         a, b = Sender(sub.endpoint), Sender(sub.endpoint)
         try:
             a.hello("hostA:1:2")
-            assert _eventually(lambda: "hostA:1:2" in sub.received)  # a holds A from now on
+            assert eventually(lambda: "hostA:1:2" in sub.received)  # a holds A from now on
             a.send("hostB:3:4", "hello", {"host": "hostB", "pid": 3,
                                           "anchor": [time.time_ns(), time.monotonic_ns()]})
             a.send("hostB:3:4", "job_start", {"job": 9, "name": "forged", "t": 0, "pid": 3})
@@ -131,7 +121,7 @@ def test_a_connection_speaks_only_for_its_own_worker(clean_env):
             a.send("hostA:1:2", "job_start", {"job": 1, "name": "real",
                                               "t": time.monotonic_ns(), "pid": 1})
             assert sub.wait(started=1, timeout=10)
-            assert _eventually(lambda: sub.refused["identity"] == 3), sub.refused
+            assert eventually(lambda: sub.refused["identity"] == 3), sub.refused
         finally:
             a.close()
             b.close()
@@ -223,7 +213,7 @@ def _real_job_arrives(driver: Driver, endpoint: str) -> None:
         print(profiled(sum, mode="heavy", interval=0.05, endpoint={endpoint!r})([1, 2]))
     """), capture_output=True, text=True, timeout=60)
     assert job.stdout.strip() == "3", job.stderr
-    assert _eventually(lambda: driver.ask()["jobs"] == 1), driver.ask()
+    assert eventually(lambda: driver.ask()["jobs"] == 1), driver.ask()
 
 
 @pytest.mark.timeout(300)
@@ -249,9 +239,9 @@ def test_a_flood_stays_under_the_memory_ceiling_and_a_real_job_still_arrives(cle
         raw = [socket.create_connection(driver.host_port) for _ in range(100)]
         # Every frame accounted for: hellos and spans frames received (the spans past
         # max_kept_bytes not kept), frames of empty lists and multipart messages bad.
-        assert _eventually(lambda: driver.ask()["frames"] == 8 + 4 * 6, timeout=120)
-        assert _eventually(lambda: driver.ask()["bad"] == 4 * 6 + 8, timeout=120), driver.ask()
-        assert _eventually(lambda: driver.ask()["refused"]["connections"] >= 8 + 100 - 16)
+        assert eventually(lambda: driver.ask()["frames"] == 8 + 4 * 6, timeout=120)
+        assert eventually(lambda: driver.ask()["bad"] == 4 * 6 + 8, timeout=120), driver.ask()
+        assert eventually(lambda: driver.ask()["refused"]["connections"] >= 8 + 100 - 16)
         _real_job_arrives(driver, endpoint)
         end = driver.ask()
     finally:
@@ -278,7 +268,7 @@ def test_1100_connections_leave_descriptors_free_and_the_loop_idle(clean_env):
         ceiling = driver.start["connections"]
         assert ceiling <= 1024 - 256, "descriptors kept for the program"
         raw = [socket.create_connection(driver.host_port) for _ in range(1100)]
-        assert _eventually(lambda: driver.ask()["refused"]["connections"] >= 1100 - ceiling)
+        assert eventually(lambda: driver.ask()["refused"]["connections"] >= 1100 - ceiling)
         assert driver.ask("files")["fds"] < 1024  # it opened 100 files meanwhile
         for s in raw:
             s.close()
@@ -315,7 +305,7 @@ def test_a_silent_worker_s_open_job_becomes_lost(clean_env):
             assert sub.wait(started=1, timeout=30)
             os.kill(sidecar, signal.SIGSTOP)
             try:
-                assert _eventually(lambda: "stale" in sub.states().values())
+                assert eventually(lambda: "stale" in sub.states().values())
                 (job,) = sub.timeline().jobs
                 assert job.status == "lost" and "silent" in (job.error or "")
                 assert job.end_ns is not None and job.end_ns >= job.start_ns
@@ -364,7 +354,7 @@ def test_a_restarted_driver_knows_running_workers_and_dates_their_samples(clean_
         first.close()
         restarted_at = time.time_ns()
         with Subscriber(address, key=key) as sub:
-            assert _eventually(lambda: any(s.scope == "tree" for s in sub.timeline().samples))
+            assert eventually(lambda: any(s.scope == "tree" for s in sub.timeline().samples))
             t = sub.timeline()
             (w,) = t.workers.values()
             assert w.pid == worker.pid and w.host == socket.gethostname()

@@ -7,24 +7,15 @@ socket, and speaks on. Real sockets, real CURVE keys."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import zmq
+from helpers import eventually
 
 from workerscope import Subscriber, protocol
 from workerscope.transport import dealer
 
 WORKER = "hostA:1:2"
 
-
-def _eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
-    """Poll a condition that has no event to wait on, up to `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 class Sender:
@@ -56,10 +47,10 @@ def test_a_silent_worker_s_id_is_not_claimed_by_another_connection(clean_env):
             owner.send("hello", _hello())
             owner.send("job_start", _start(1, "real"))
             assert sub.wait(started=1, timeout=30)
-            assert _eventually(lambda: sub.states().get(WORKER) == "stale"), sub.states()
+            assert eventually(lambda: sub.states().get(WORKER) == "stale"), sub.states()
             intruder.send("job_start", _start(2, "forged"))
             intruder.send("bye", {"status": "exited"})
-            assert _eventually(lambda: sub.refused["identity"] == 2), sub.refused
+            assert eventually(lambda: sub.refused["identity"] == 2), sub.refused
             t = sub.timeline()
         assert [j.name for j in t.jobs] == ["real"]
         assert t.workers[WORKER].status != "exited"
