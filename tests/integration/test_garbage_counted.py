@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import socket
 
-from test_security import _eventually
+from helpers import eventually
 
 from workerscope import Subscriber
 from workerscope.config import split_endpoint
@@ -20,7 +20,7 @@ def test_garbage_connections_are_counted(clean_env):
             with socket.create_connection((host, int(port)), timeout=10) as s:
                 # Random bytes, or the start of a ZeroMQ greeting that never finishes.
                 s.sendall(os.urandom(64) if k % 2 else b"\xff" + bytes(8) + b"\x7f")
-        assert _eventually(lambda: sub.refused["handshakes"] >= n, timeout=30), sub.refused
+        assert eventually(lambda: sub.refused["handshakes"] >= n, timeout=30), sub.refused
         assert sub.refused["handshakes"] <= n + 2
 
 
@@ -41,7 +41,7 @@ def test_key_holders_refused_past_max_workers_are_not_counted_as_failed_handshak
                 sock = dealer(ctx, sub.endpoint)
                 sock.send(protocol.encode_frame("hello", f"w:{n}:1", 0, {
                     "host": "h", "pid": n, "anchor": [time.time_ns(), time.monotonic_ns()]}))
-                assert _eventually(lambda n=n: sub.refused["workers"] == max(0, n)
+                assert eventually(lambda n=n: sub.refused["workers"] == max(0, n)
                                    and len(sub.received) == 1), sub.refused
                 sock.close(linger=1000)
             # One garbage connection last: the monitor tells connections' ends in order, so
@@ -49,7 +49,7 @@ def test_key_holders_refused_past_max_workers_are_not_counted_as_failed_handshak
             host, port = split_endpoint(sub.endpoint)[0][len("tcp://"):].rsplit(":", 1)
             with socket.create_connection((host, int(port)), timeout=10) as s:
                 s.sendall(os.urandom(64))
-            assert _eventually(lambda: sub.refused["handshakes"] >= 1, timeout=30), sub.refused
+            assert eventually(lambda: sub.refused["handshakes"] >= 1, timeout=30), sub.refused
             assert sub.refused["handshakes"] == 1, sub.refused
     finally:
         ctx.destroy(linger=0)

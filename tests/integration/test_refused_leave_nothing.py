@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import time
 
-from test_security import Sender, _eventually
+from helpers import eventually
+from test_security import Sender
 
 from workerscope import Subscriber
 from workerscope.driver.receive import MAX_WORKER_ID
@@ -26,7 +27,7 @@ def test_job_ends_of_jobs_never_started_satisfy_no_wait(clean_env):
                                           "pid": 1})
             s.send("h:1:2", "job_end", {"job": 1, "t": time.monotonic_ns(), "status": "ok"})
             s.send("h:1:2", "job_end", {"job": 1, "t": time.monotonic_ns(), "status": "ok"})
-            assert _eventually(lambda: sub.received.get("h:1:2", 0) == 9)
+            assert eventually(lambda: sub.received.get("h:1:2", 0) == 9)
             assert sub.wait(jobs=1, timeout=10)
             assert not sub.wait(jobs=2, timeout=0.5), "only the one real job ended"
         finally:
@@ -42,12 +43,12 @@ def test_refused_frames_leave_no_worker_ids_behind(clean_env):
         s = Sender(sub.endpoint)
         try:
             s.hello("h:1:2")
-            assert _eventually(lambda: "h:1:2" in sub.received)
+            assert eventually(lambda: "h:1:2" in sub.received)
             long_id = "x" * (MAX_WORKER_ID + 1)
             for k in range(200):
                 s.send(f"other:{k}:1", "sample", {"t": time.monotonic_ns(), "tree": {}})
                 s.send(f"{long_id}{k}", "sample", {"t": time.monotonic_ns(), "tree": {}})
-            assert _eventually(lambda: sub.refused["workers"] >= 200 and sub.bad_frames >= 200,
+            assert eventually(lambda: sub.refused["workers"] >= 200 and sub.bad_frames >= 200,
                                timeout=30), (sub.refused, sub.bad_frames)
             # Every map of the receive thread and of the state it fills (the Connections'
             # are keyed by connection, not by what a frame says).

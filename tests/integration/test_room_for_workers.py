@@ -8,8 +8,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from helpers import eventually
 from jobs import spanner_script
-from test_security import Sender, _eventually
+from test_security import Sender
 
 from workerscope import Subscriber
 
@@ -58,12 +59,12 @@ def test_a_key_holder_filling_max_workers_holds_only_the_slots_of_its_live_conne
         for k in range(2):
             s = Sender(sub.endpoint)
             s.hello(f"gone:{k}:1")
-            assert _eventually(lambda k=k: f"gone:{k}:1" in sub.received)
+            assert eventually(lambda k=k: f"gone:{k}:1" in sub.received)
             s.close()
         try:
-            assert _eventually(lambda: len(sub.received) == 3)
+            assert eventually(lambda: len(sub.received) == 3)
             # Before stale_after, the closed connections' ids still hold their slots.
-            assert _eventually(lambda: {s for w, s in sub.states().items()
+            assert eventually(lambda: {s for w, s in sub.states().items()
                                         if w.startswith("gone:")} == {"stale"})
             script = spanner_script(20)
             for n in range(3):
