@@ -1,7 +1,9 @@
-"""Only the optional C fast path of the span recorder; everything else is in pyproject.toml.
+"""Only the optional C fast paths of the span ring, its writer's and its reader's; everything
+else is in pyproject.toml.
 
-optional=True: with no C compiler (or no Python headers) the build warns and goes on, and the
-pure-Python writer in workerscope/worker/recorder.py records the spans.
+optional=True: with no C compiler (or no Python headers) the build warns and goes on: the
+pure-Python writer in workerscope/worker/recorder.py records the spans, and the pure-Python
+reader in workerscope/spanring.py reads them.
 """
 
 from setuptools import Extension, setup
@@ -11,6 +13,12 @@ setup(
         Extension(
             "workerscope.worker._fastspan",
             ["workerscope/worker/_fastspan.c"],
+            extra_compile_args=["-O2", "-std=gnu11"],
+            optional=True,
+        ),
+        Extension(
+            "workerscope._ringscan",
+            ["workerscope/_ringscan.c"],
             extra_compile_args=["-O2", "-std=gnu11"],
             optional=True,
         ),

@@ -241,8 +241,8 @@ JOB_SETTINGS = tuple(s.name for s in SETTINGS if s.scope is Scope.JOB)
 PROCESS_VARIABLES = {
     PREFIX + "RINGS": "set by `workerscope run` for its command: where the command's Python "
                       "processes record their spans (the sidecar's ring folder)",
-    PREFIX + "PURE_PYTHON": "1: record spans with the pure-Python recorder even where the C "
-                            "fast path is built",
+    PREFIX + "PURE_PYTHON": "1: record and read spans with the pure-Python ring writer and "
+                            "reader even where their C fast paths are built",
     PREFIX + "STACKS_SIGNAL": "the signal a sidecar asks a worker process for every thread's "
                               "Python stack with (a number or a name such as SIGUSR2; default "
                               "SIGRTMIN+7); a handler the job installed first is chained to, "

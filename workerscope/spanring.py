@@ -4,7 +4,8 @@ and once more after the worker is gone. So a killed worker loses nothing it reco
 
 This module is the layout both sides share, and the reader: ring records -> protocol
 SpanRecord tuples with their parents and jobs. The writers are worker/recorder.py and its C
-fast path, worker/_fastspan.c (whose LAYOUT must equal VERSION here).
+fast path, worker/_fastspan.c; the reader's passes over the records run in C too where
+built, _ringscan.c, else in PythonScan here (both C files' LAYOUT must equal VERSION here).
 
 File, native byte order, int64 words, every part 8-byte aligned:
 
@@ -41,13 +42,14 @@ a span or a name (RingReader.damaged, names_damaged, extras_damaged).
 
 from __future__ import annotations
 
+import importlib
 import os
 import struct
 import time
 from typing import Any
 
 from . import procfs, protocol
-from .config import MOST_RING_RECORDS
+from .config import MOST_RING_RECORDS, process_variable
 from .errors import ProtocolError
 from .units import fmt_bytes
 
@@ -359,6 +361,7 @@ class RingReader:
         self._ctxs: dict[int, tuple[int, int, int]] = {}  # async seq -> (tid, depth, id)
         self._stuck = (0, 0)
         self._job_cache: dict[int, Any] = {}  # tid + 1 -> (lo, hi, job); 0 -> Jobs.version
+        self.scan: Any = SCAN  # the passes over the records: C, or PythonScan
 
     @property
     def counter(self) -> int:
@@ -415,62 +418,11 @@ class RingReader:
         final: the writer is gone: read all there is; spans still open end at now_ns, cut
         short."""
         c_pre, words, fresh, done = self._collect(upto, final, now_ns)
-        # The records in seq order, parents and jobs worked out as they begin. Kept inline:
-        # the sidecar reads every span here, hundreds of thousands a second at worst.
         out: list[protocol.SpanRecord] = []
-        append, record, new = out.append, protocol.SpanRecord, tuple.__new__
-        names, extras, opened, stacks, ctxs = (self.names, self._extras, self.open,
-                                               self._stacks, self._ctxs)
-        id_base, half, pid = self.id_base, self.cap // 2, self.pid
-        cache, lookup, ctx_parent = self._jobs_cache(jobs), jobs.lookup, _ctx_parent
-        for i in fresh:
-            seq, what, start = words[i], words[i + 1], words[i + 3]
-            flags = what >> 32
-            if flags & F_END:
-                if start in opened:
-                    done.append(_end_of(words, i, flags))
-                continue
-            td, ctx = words[i + 2], words[i + 5]
-            tid, depth = td & LOW32, td >> 32
-            sid = id_base | seq
-            sync = not flags & (F_ASYNC | F_MARK)
-            level = depth - 1 if sync else depth
-            stack = stacks.get(tid)
-            if stack is None:
-                stack = stacks[tid] = [None]
-            parent = stack[level] if 1 <= level < len(stack) else None
-            if ctx:  # begun in an async context: its parent may be that context's span
-                parent = ctx_parent(ctxs.get(ctx), tid, level, parent)
-            hit = cache.get(tid + 1, _MISS)
-            if hit[0] <= start < hit[1]:
-                job = hit[2]
-            else:
-                job, lo, hi = lookup(pid, tid, start)
-                cache[tid + 1] = (lo, hi, job)
-            if parent is None:
-                parent = job
-            if sync and depth >= 1:
-                del stack[depth:]
-                while len(stack) < depth:
-                    stack.append(None)
-                stack.append(sid)
-            if flags & F_ASYNC:
-                ctxs[seq] = (tid, depth, sid)
-            end = words[i + 4]
-            if flags & F_MARK:
-                opened[seq] = [protocol.RECORD_MARK, job, sid, parent, what & LOW32, start, tid,
-                               c_pre - seq >= half]  # an OpenSpan
-            elif 0 < end < ERR_BIT and seq not in extras:  # ended, no error, no extras
-                name, attrs = names.get(what & LOW32) or _UNNAMED
-                append(new(record, (protocol.RECORD_SPAN, job, sid, parent, name, start,
-                                    end if end > start else start, tid, attrs, None, False,
-                                    None)))
-                continue
-            else:  # (F_CPU: its end comes as an F_END record, which it is kept open for)
-                opened[seq] = [protocol.RECORD_SPAN, job, sid, parent, what & LOW32, start, tid,
-                               c_pre - seq >= half]  # an OpenSpan
-            if end:
-                done.append((seq, end, None))
+        self.scan.spans(words, fresh, self.names, self._extras, self.open, self._stacks,
+                        self._ctxs, self._jobs_cache(jobs), jobs.lookup, protocol.SpanRecord,
+                        _UNNAMED, protocol.RECORD_SPAN, protocol.RECORD_MARK, self.pid, out,
+                        done, self.id_base, self.cap // 2, c_pre)
         self._finish(out, done, final, now_ns)
         return out
 
@@ -496,20 +448,15 @@ class RingReader:
         before the first record that has it. A begun record whose name is known passes the
         first test (in locals: the sidecar checks every record); any other, the second."""
         now = time.monotonic_ns()  # after the copy: no start or end a writer wrote is later
-        top, born, low, no_err = self._last_nid, self.born, LOW32, ~ERR_BIT
-        what_hi, end_bit, td_hi = (FLAGS + 1) << 32, F_END << 32, MAX_DEPTH << 32 | LOW32
-        keep: list[int] = []
-        append = keep.append
-        for i in fresh:
-            what, td, start, end = words[i + 1], words[i + 2], words[i + 3], words[i + 4]
-            if (0 <= what < what_hi and not what & end_bit and what & low <= top
-                    and 0 <= td <= td_hi and 0 < td & low <= MAX_TID
-                    and 0 <= words[i + 5] < words[i] and born <= start <= now
-                    and (not end or (end > 0 and start <= end & no_err <= now))) or (
-                    self._sane_other(words[i:i + RECORD_WORDS], now)):
-                append(i)
-            else:
-                self._damage()
+        keep: list[int]
+        keep, rest = self.scan.sane(words, fresh, self._last_nid, self.born, now)
+        if rest:
+            for i in rest:
+                if self._sane_other(words[i:i + RECORD_WORDS], now):
+                    keep.append(i)
+                else:
+                    self._damage()
+            keep.sort()
         return keep
 
     def _sane_other(self, r: list[int], now: int) -> bool:
@@ -591,23 +538,19 @@ class RingReader:
         words = self._words(nxt, hi)
         # A slot of a seq at or below c_post - cap may have been rewritten while we copied it.
         c_post = q[H_COUNTER]
-        out = []
-        seq, i, mask = nxt, 0, self.mask
-        while seq <= hi:
-            s = words[i]
-            if s == seq and c_post - seq < cap:
-                out.append(i)
-            elif s < 0 or (s - seq) & mask or (not s and seq > cap):
-                self._damage()  # a seq this slot never holds, or zeros over a written slot
-            elif s > seq or c_post - seq >= cap:
-                self.lost += 1
-            elif final or self._give_up(seq, now_ns):
-                self.lost += 1  # begun, never stored: its writer died or was interrupted
-            else:
+        out: list[int] = []
+        seq, at = nxt, 0
+        while True:
+            fresh, stop, lost, damaged, waiting = self.scan.slots(words, at, seq, hi, c_post, cap)
+            out += fresh
+            self.lost += lost + damaged
+            self.damaged += damaged
+            if not waiting or not (final or self._give_up(stop, now_ns)):
                 break
-            seq += 1
-            i += RECORD_WORDS
-        self.next_seq = seq
+            self.lost += 1  # begun, never stored: its writer died or was interrupted
+            at += (stop + 1 - seq) * RECORD_WORDS
+            seq = stop + 1
+        self.next_seq = stop
         return words, out
 
     def _give_up(self, seq: int, now_ns: int) -> bool:
@@ -787,3 +730,129 @@ def _ctx_parent(c: tuple[int, int, int] | None, tid: int, level: int,
     if c is not None and ((c[0] == tid and level <= c[1]) or (c[0] != tid and level < 1)):
         return c[2]
     return parent
+
+
+class PythonScan:
+    """The reader's three passes over the records copied out of a ring, in Python: the twins
+    of _ringscan.c's (the C fast path, used where it is built), the same arguments, the same
+    results. Kept inline and in locals: the sidecar passes every record through them,
+    hundreds of thousands a second at worst."""
+
+    @staticmethod
+    def slots(words: list[int], at: int, seq: int, hi: int, c_post: int,
+              cap: int) -> tuple[list[int], int, int, int, bool]:
+        """From the slot of seq (at words[at]) to hi's: (the index of each slot that holds
+        its seq's record, the first seq not classified, slots overwritten, slots holding what
+        no writer writes, whether that first seq's slot is not written yet)."""
+        out: list[int] = []
+        lost = damaged = 0
+        mask, i = cap - 1, at
+        while seq <= hi:
+            s = words[i]
+            if s == seq and c_post - seq < cap:
+                out.append(i)
+            elif s < 0 or (s - seq) & mask or (not s and seq > cap):
+                damaged += 1  # a seq this slot never holds, or zeros over a written slot
+            elif s > seq or c_post - seq >= cap:
+                lost += 1
+            else:
+                return out, seq, lost, damaged, True
+            seq += 1
+            i += RECORD_WORDS
+        return out, seq, lost, damaged, False
+
+    @staticmethod
+    def sane(words: list[int], fresh: list[int], top: int, born: int,
+             now: int) -> tuple[list[int], list[int]]:
+        """(the records of fresh that pass RingReader._sane's first test, the others): a begun
+        record whose name id is at most top, its times within [born, now]."""
+        low, no_err = LOW32, ~ERR_BIT
+        what_hi, end_bit, td_hi = (FLAGS + 1) << 32, F_END << 32, MAX_DEPTH << 32 | LOW32
+        keep: list[int] = []
+        rest: list[int] = []
+        for i in fresh:
+            what, td, start, end = words[i + 1], words[i + 2], words[i + 3], words[i + 4]
+            if (0 <= what < what_hi and not what & end_bit and what & low <= top
+                    and 0 <= td <= td_hi and 0 < td & low <= MAX_TID
+                    and 0 <= words[i + 5] < words[i] and born <= start <= now
+                    and (not end or (end > 0 and start <= end & no_err <= now))):
+                keep.append(i)
+            else:
+                rest.append(i)
+        return keep, rest
+
+    @staticmethod
+    def spans(words: list[int], fresh: list[int], names: dict[int, Any],
+              extras: dict[int, Any], opened: dict[int, OpenSpan],
+              stacks: dict[int, list[int | None]], ctxs: dict[int, tuple[int, int, int]],
+              cache: dict[int, Any], lookup: Any, record: Any, unnamed: Any, kind_span: int,
+              kind_mark: int, pid: int, out: list[Any], done: list[_End], id_base: int,
+              half: int, c_pre: int) -> None:
+        """The records of fresh (indexes in words, in seq order), parents and jobs worked out
+        as they begin: each span that completed appended to out as a `record`, each end of an
+        open span to done."""
+        append, new, ctx_parent = out.append, tuple.__new__, _ctx_parent
+        for i in fresh:
+            seq, what, start = words[i], words[i + 1], words[i + 3]
+            flags = what >> 32
+            if flags & F_END:
+                if start in opened:
+                    done.append(_end_of(words, i, flags))
+                continue
+            td, ctx = words[i + 2], words[i + 5]
+            tid, depth = td & LOW32, td >> 32
+            sid = id_base | seq
+            sync = not flags & (F_ASYNC | F_MARK)
+            level = depth - 1 if sync else depth
+            stack = stacks.get(tid)
+            if stack is None:
+                stack = stacks[tid] = [None]
+            parent = stack[level] if 1 <= level < len(stack) else None
+            if ctx:  # begun in an async context: its parent may be that context's span
+                parent = ctx_parent(ctxs.get(ctx), tid, level, parent)
+            hit = cache.get(tid + 1, _MISS)
+            if hit[0] <= start < hit[1]:
+                job = hit[2]
+            else:
+                job, lo, hi = lookup(pid, tid, start)
+                cache[tid + 1] = (lo, hi, job)
+            if parent is None:
+                parent = job
+            if sync and depth >= 1:
+                del stack[depth:]
+                while len(stack) < depth:
+                    stack.append(None)
+                stack.append(sid)
+            if flags & F_ASYNC:
+                ctxs[seq] = (tid, depth, sid)
+            end = words[i + 4]
+            if flags & F_MARK:
+                opened[seq] = [kind_mark, job, sid, parent, what & LOW32, start, tid,
+                               c_pre - seq >= half]  # an OpenSpan
+            elif 0 < end < ERR_BIT and seq not in extras:  # ended, no error, no extras
+                name, attrs = names.get(what & LOW32) or unnamed
+                append(new(record, (kind_span, job, sid, parent, name, start,
+                                    end if end > start else start, tid, attrs, None, False,
+                                    None)))
+                continue
+            else:  # (F_CPU: its end comes as an F_END record, which it is kept open for)
+                opened[seq] = [kind_span, job, sid, parent, what & LOW32, start, tid,
+                               c_pre - seq >= half]  # an OpenSpan
+            if end:
+                done.append((seq, end, None))
+
+
+def _load_scan() -> Any:
+    """The C fast path of the passes (_ringscan.c), or PythonScan: not built, a build of other
+    sources than these, or WORKERSCOPE_PURE_PYTHON=1."""
+    if process_variable("WORKERSCOPE_PURE_PYTHON") not in ("", "0"):
+        return PythonScan
+    try:
+        _ringscan = importlib.import_module(f"{__package__}._ringscan")
+    except ImportError:
+        return PythonScan
+    return _ringscan if getattr(_ringscan, "LAYOUT", None) == VERSION else PythonScan
+
+
+# What every reader's passes run on: the C fast path, or PythonScan.
+SCAN: Any = _load_scan()
