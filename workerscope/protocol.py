@@ -14,6 +14,7 @@ allocates past the size cap: msgpack bounds every container by the length of the
 from __future__ import annotations
 
 import enum
+import operator
 import re
 import struct
 import time
@@ -366,24 +367,37 @@ def span_bodies(pid: int, records: list[SpanRecord], threads: list[list[Any]],
     records. The first frame of each run names the process's threads (each job's frames
     stand alone: a job's own timeline holds only them); with no record, one spans frame names
     them, for no job (None)."""
-    groups: dict[tuple[int, int | None], list[SpanRecord]] = {}
-    for r in records:
-        groups.setdefault((r.kind, r.job), []).append(r)
+    groups = _groups(records)
     for (rtype, job), group in groups.items():
         kind = MARK if rtype == RECORD_MARK else SPANS
-        chunk: list[SpanRecord] = []
-        used = 0
-        first = True
-        for r in group:
-            size = _record_size(r)
-            if chunk and (len(chunk) >= MAX_RECORDS_PER_FRAME or used + size > budget):
-                yield kind, _spans_body(pid, chunk, threads if first else []), job
-                chunk, used, first = [], 0, False
-            chunk.append(r)
+        at, used, first = 0, 0, True
+        sizes: dict[str, int] = {}  # a name's records with no attrs and no error: their size
+        for n, r in enumerate(group):  # by index, not field name: every record passes here
+            if r[8] or r[9]:
+                size = _record_size(r)
+            else:
+                size = sizes.get(r[4], 0) or sizes.setdefault(r[4], _record_size(r))
+            if n > at and (n - at >= MAX_RECORDS_PER_FRAME or used + size > budget):
+                yield kind, _spans_body(pid, group[at:n], threads if first else []), job
+                at, used, first = n, 0, False
             used += size
-        yield kind, _spans_body(pid, chunk, threads if first else []), job
+        yield kind, _spans_body(pid, group[at:] if at else group, threads if first else []), job
     if threads and not groups:
         yield SPANS, _spans_body(pid, [], threads), None
+
+
+_kind_job = operator.itemgetter(0, 1)
+
+
+def _groups(records: list[SpanRecord]) -> dict[tuple[int, int | None], list[SpanRecord]]:
+    """The records by (kind, job), each group in the order given: most drains hold one."""
+    keys = list(map(_kind_job, records))
+    if keys and keys.count(keys[0]) == len(keys):
+        return {keys[0]: records}
+    groups: dict[tuple[int, int | None], list[SpanRecord]] = {}
+    for key, r in zip(keys, records, strict=True):
+        groups.setdefault(key, []).append(r)
+    return groups
 
 
 def _spans_body(pid: int, records: list[SpanRecord], threads: list[list[Any]]) -> SpansBody:
