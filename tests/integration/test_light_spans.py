@@ -88,6 +88,27 @@ def test_light_spans_past_the_ring_are_counted_lost(clean_env):
     (w,) = driver.workers.values()
     assert w.spans_lost == s["spans_lost"]
     assert len(driver.spans) - 1 == s["spans"]
+    # It says how big a ring would have held the job: 300 records waited at its end, so
+    # twice that, rounded up to a power of two; the job's own timeline and the driver's.
+    sizing = "at its fullest 300 records waited to be read in a ring of 64"
+    for timeline in (wrapped.last_timeline, driver):
+        (note,) = [n for w in timeline.workers.values() for n in w.notes if sizing in n]
+        assert "WORKERSCOPE_RING_RECORDS=1024" in note and "took in at most" not in note
+
+
+def test_a_light_ring_of_the_size_its_note_gives_keeps_the_job(clean_env):
+    """The size the note above gives holds the same job whole, and no note is said."""
+    clean_env.setenv("WORKERSCOPE_RING_RECORDS", "1024")
+
+    def many():
+        for i in range(300):
+            step(i)
+
+    wrapped = profiled(many)
+    wrapped()
+    assert (wrapped.last_stats["spans"], wrapped.last_stats["spans_lost"]) == (300, 0)
+    assert not [n for w in wrapped.last_timeline.workers.values() for n in w.notes
+                if "at its fullest" in n]
 
 
 def test_monitor_keeps_jobs_nested_in_it_with_their_spans(clean_env):

@@ -361,16 +361,18 @@ def _hwm() -> int:
 
 
 def span_frames(pid: int, records: list[SpanRecord], threads: list[tuple[int, str]],
-                lost: int | None) -> list[tuple[str, dict[str, Any]]]:
+                lost: int | None, size_note: str | None = None) -> list[tuple[str, dict[str, Any]]]:
     """Records as the sidecar sends them (protocol.span_bodies), and the ring's running count
-    of lost records (when given) in a last frame."""
+    of lost records (when given) in a last frame, with what a full ring says: that it filled,
+    and (size_note) how big a ring would have held what it was asked to."""
     named = [list(t) for t in threads]
     out: list[tuple[str, dict[str, Any]]] = [
         (kind, dict(body)) for kind, body, _ in protocol.span_bodies(pid, records, named)]
     if lost is not None:
         body: dict[str, Any] = {"pid": pid, "records": [], "threads": [], "spans_lost": lost}
         if lost:
-            body["notes"] = [protocol.ring_full_note("the job's end")]
+            body["notes"] = [protocol.ring_full_note("the job's end"),
+                             *([size_note] if size_note else [])]
         out.append((protocol.SPANS, body))
     return out
 
@@ -434,10 +436,15 @@ class LightJob:
             # The running count goes to the driver when it moves (a frame less per job).
             said = None if lost == self.ring.lost_said else lost
             self.ring.lost_said = lost
-            frames = span_frames(os.getpid(), records, threads, said)
+            # A light ring is read at a job's end only: it must hold the job's records.
+            reader = self.ring.reader
+            size = None if lost_here <= 0 else spanring.ring_size_note(
+                os.getpid(), reader.backlog_peak, reader.cap, lost_here, None)
+            frames = span_frames(os.getpid(), records, threads, said, size)
             # Its own timeline keeps this job's records; the driver gets them all.
             self._frames.extend(span_frames(
-                os.getpid(), [r for r in records if r.job == self.job], threads, lost_here))
+                os.getpid(), [r for r in records if r.job == self.job], threads, lost_here,
+                size))
         else:
             frames = []
         end: dict[str, Any] = {"job": self.job, "t": time.monotonic_ns(),
