@@ -3,27 +3,14 @@ never another exception, a dead receive thread or a lost job."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import msgpack
 import pytest
 import zmq
+from helpers import eventually
 
 from workerscope import Subscriber, profiled, protocol
 from workerscope.errors import ProtocolError
 from workerscope.transport import dealer
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    """Poll a condition that has no event to wait on, up to `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
 
 # Each shape once crashed a decoder with something other than ProtocolError.
 UNHASHABLE_KINDS = [
@@ -60,7 +47,7 @@ def test_driver_survives_unhashable_kind_and_still_gets_a_real_job(clean_env):
         finally:
             sock.close(linger=5000)  # deliver them before the context ends
             ctx.term()
-        assert wait_for(lambda: sub.bad_frames >= len(UNHASHABLE_KINDS)), sub.last_error
+        assert eventually(lambda: sub.bad_frames >= len(UNHASHABLE_KINDS)), sub.last_error
         job = profiled(sum, mode="heavy", interval=0.05, endpoint=sub.endpoint)
         assert job([1, 2]) == 3
         assert sub.wait(jobs=1, timeout=30), "the job after the bad frames never arrived"

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import zmq
-from test_hostile import wait_for
+from helpers import eventually
 
 from workerscope import Subscriber, load, monitor, protocol
 from workerscope.record import FACTS, RecordReader
@@ -36,7 +36,7 @@ def _growth(sub: Subscriber, path: str, ticks: int = 3) -> int:
     sub.flush()
     start = os.path.getsize(path)
     deadline = time.monotonic() + ticks * 1.0 + 0.3  # a tick more than `ticks` at most
-    wait_for(lambda: time.monotonic() >= deadline, ticks + 5.0)
+    eventually(lambda: time.monotonic() >= deadline, timeout=ticks + 5.0)
     sub.flush()
     return os.path.getsize(path) - start
 
@@ -60,7 +60,7 @@ def test_bye_notes_neither_fill_the_record_nor_hide_a_later_worker(clean_env, tm
                 notes = [f"{seq:03d}-{i:02d} " + "n" * NOTE for i in range(16)]
                 sock.send(protocol.encode_frame(protocol.BYE, wid, seq,
                                                 {"status": "exited", "notes": notes}))
-            assert wait_for(lambda: sub.received.get(wid, 0) == byes + 1), sub.received
+            assert eventually(lambda: sub.received.get(wid, 0) == byes + 1), sub.received
         finally:
             sock.close(0)
             ctx.term()
@@ -103,9 +103,9 @@ def test_quiet_workers_add_nothing_to_the_record(clean_env, tmp_path):
                 wid = f"quiet{i}:{1000 + i}:{2000 + i}"
                 sock.send(protocol.encode_frame(protocol.HELLO, wid, 0,
                                                 _hello(f"quiet{i}", 1000 + i)))
-            assert wait_for(lambda: len(sub.received) == count), len(sub.received)
+            assert eventually(lambda: len(sub.received) == count), len(sub.received)
             # The first tick after the hellos writes their facts; the ones after find no change.
-            assert wait_for(lambda: sub.flush() >= 0 and _facts_after_frames(path))
+            assert eventually(lambda: sub.flush() >= 0 and _facts_after_frames(path))
             grew = _growth(sub, path)
         finally:
             for sock in socks:
