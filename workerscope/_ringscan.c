@@ -150,7 +150,23 @@ typedef struct {
     PyObject *record, *unnamed, *kind_span, *kind_mark, *pid_obj;
     PyObject *out, *done;
     int64_t id_base, half, c_pre;
+    /* The last record's thread (most records follow one of the same thread) and name:
+     * its tid as an int, its stack, its job cache entry's [lo, hi) and job (have_job), and
+     * the name's (name, attrs) entry. Strong references, dropped at the pass's end; the
+     * dicts they come from change only through this pass meanwhile. */
+    int64_t tid, lo, hi, nid;
+    PyObject *tid_obj, *stack, *job, *entry;
+    int have_job;
 } Read;
+
+static void
+forget_thread(Read *r)
+{
+    Py_CLEAR(r->tid_obj);
+    Py_CLEAR(r->stack);
+    Py_CLEAR(r->job);
+    r->have_job = 0;
+}
 
 static int
 read_args(PyObject *args, PyObject **words, PyObject **fresh, Read *r)
@@ -171,6 +187,9 @@ read_args(PyObject *args, PyObject **words, PyObject **fresh, Read *r)
     r->id_base = id_base;
     r->half = half;
     r->c_pre = c_pre;
+    r->tid = r->lo = r->hi = r->nid = 0;
+    r->tid_obj = r->stack = r->job = r->entry = NULL;
+    r->have_job = 0;
     return 0;
 }
 
@@ -201,7 +220,8 @@ stack_of(Read *r, PyObject *tid_obj)
 /* The job of a record begun at `start` on thread tid: the cache's (lo, hi, job) for tid + 1
  * where start falls in [lo, hi), else Jobs.lookup's answer, cached. A new reference. */
 static PyObject *
-job_of(Read *r, int64_t tid, PyObject *tid_obj, int64_t start, PyObject *start_obj)
+job_of(Read *r, int64_t tid, PyObject *tid_obj, int64_t start, PyObject *start_obj,
+       long long *lo_out, long long *hi_out)
 {
     PyObject *key = num(tid + 1);
     if (key == NULL)
@@ -218,6 +238,8 @@ job_of(Read *r, int64_t tid, PyObject *tid_obj, int64_t start, PyObject *start_o
             PyObject *job = PyTuple_GET_ITEM(hit, 2);
             Py_INCREF(job);
             Py_DECREF(key);
+            *lo_out = lo;
+            *hi_out = hi;
             return job;
         }
     }
@@ -230,6 +252,12 @@ job_of(Read *r, int64_t tid, PyObject *tid_obj, int64_t start, PyObject *start_o
         goto fail;
     }
     PyObject *job = PyTuple_GET_ITEM(got, 0);
+    *lo_out = PyLong_AsLongLong(PyTuple_GET_ITEM(got, 1));
+    *hi_out = PyLong_AsLongLong(PyTuple_GET_ITEM(got, 2));
+    if (PyErr_Occurred()) {
+        Py_DECREF(got);
+        goto fail;
+    }
     PyObject *entry = PyTuple_Pack(3, PyTuple_GET_ITEM(got, 1), PyTuple_GET_ITEM(got, 2), job);
     Py_INCREF(job);
     Py_DECREF(got);
@@ -244,6 +272,45 @@ job_of(Read *r, int64_t tid, PyObject *tid_obj, int64_t start, PyObject *start_o
 fail:
     Py_DECREF(key);
     return NULL;
+}
+
+/* Make tid the cached thread: its int and its stack. */
+static int
+thread(Read *r, int64_t tid)
+{
+    if (r->tid_obj != NULL && r->tid == tid)
+        return 0;
+    forget_thread(r);
+    r->tid_obj = num(tid);
+    if (r->tid_obj == NULL)
+        return -1;
+    PyObject *stack = stack_of(r, r->tid_obj);
+    if (stack == NULL) {
+        forget_thread(r);
+        return -1;
+    }
+    Py_INCREF(stack);
+    r->stack = stack;
+    r->tid = tid;
+    return 0;
+}
+
+/* job_of for the cached thread, from its entry where start falls in it. A new reference. */
+static PyObject *
+thread_job(Read *r, int64_t start, PyObject *start_obj)
+{
+    if (!(r->have_job && r->lo <= start && start < r->hi)) {
+        long long lo, hi;
+        PyObject *job = job_of(r, r->tid, r->tid_obj, start, start_obj, &lo, &hi);
+        if (job == NULL)
+            return NULL;
+        Py_XSETREF(r->job, job);
+        r->lo = lo;
+        r->hi = hi;
+        r->have_job = 1;
+    }
+    Py_INCREF(r->job);
+    return r->job;
 }
 
 /* spanring._ctx_parent: the parent of a record begun in the async context ctx (ctxs[ctx] is
@@ -314,15 +381,21 @@ static int
 append_record(Read *r, PyObject *job, PyObject *sid, PyObject *parent, int64_t nid,
               PyObject *start, int64_t end, PyObject *tid)
 {
-    PyObject *key = num(nid);
-    if (key == NULL)
-        return -1;
-    PyObject *entry = PyDict_GetItemWithError(r->names, key);
-    Py_DECREF(key);
-    if (entry == NULL && PyErr_Occurred())
-        return -1;
-    if (entry == NULL)
-        entry = r->unnamed;
+    PyObject *entry = r->entry;
+    if (entry == NULL || nid != r->nid) {
+        PyObject *key = num(nid);
+        if (key == NULL)
+            return -1;
+        entry = PyDict_GetItemWithError(r->names, key);
+        Py_DECREF(key);
+        if (entry == NULL && PyErr_Occurred())
+            return -1;
+        if (entry == NULL)
+            entry = r->unnamed;
+        Py_INCREF(entry);
+        Py_XSETREF(r->entry, entry);
+        r->nid = nid;
+    }
     if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
         PyErr_SetString(PyExc_TypeError, "a ring name must be (name, attrs)");
         return -1;
@@ -377,13 +450,13 @@ begun(Read *r, const int64_t *w)
     int sync = !(flags & (F_ASYNC | F_MARK));
     int64_t level = sync ? depth - 1 : depth;
     int rc = -1;
-    PyObject *tid_obj = num(tid), *start_obj = num(start), *sid = num(r->id_base | seq);
+    PyObject *tid_obj = NULL, *start_obj = num(start), *sid = num(r->id_base | seq);
     PyObject *seq_obj = NULL, *job = NULL;
-    if (tid_obj == NULL || start_obj == NULL || sid == NULL)
+    if (start_obj == NULL || sid == NULL || thread(r, tid) < 0)
         goto done;
-    PyObject *stack = stack_of(r, tid_obj);
-    if (stack == NULL)
-        goto done;
+    tid_obj = r->tid_obj;
+    Py_INCREF(tid_obj);
+    PyObject *stack = r->stack;
     Py_INCREF(stack);
     PyObject *parent = Py_None;
     if (1 <= level && level < PyList_GET_SIZE(stack))
@@ -396,7 +469,7 @@ begun(Read *r, const int64_t *w)
         Py_INCREF(p);
         Py_SETREF(parent, p);
     }
-    job = job_of(r, tid, tid_obj, start, start_obj);
+    job = thread_job(r, start, start_obj);
     if (job == NULL)
         goto undo;
     if (parent == Py_None) {
@@ -405,6 +478,12 @@ begun(Read *r, const int64_t *w)
     }
     if (sync && depth >= 1 && push(stack, depth, sid) < 0)
         goto undo;
+    if (!(flags & (F_ASYNC | F_MARK)) && 0 < end && end < ERR_BIT && !PyDict_GET_SIZE(r->extras)) {
+        /* the most common record, ended with no error and no extras: a SpanRecord now */
+        rc = append_record(r, job, sid, parent, what & LOW32, start_obj, end > start ? end : start,
+                           tid_obj);
+        goto undo;
+    }
     seq_obj = num(seq);
     if (seq_obj == NULL)
         goto undo;
@@ -423,7 +502,7 @@ begun(Read *r, const int64_t *w)
                       tid_obj, old) < 0)
             goto undo;
     } else {
-        int has_extra = PyDict_Contains(r->extras, seq_obj);
+        int has_extra = PyDict_GET_SIZE(r->extras) ? PyDict_Contains(r->extras, seq_obj) : 0;
         if (has_extra < 0)
             goto undo;
         if (0 < end && end < ERR_BIT && !has_extra) {
@@ -459,28 +538,34 @@ spans(PyObject *self, PyObject *args)
     Read r;
     if (read_args(args, &words, &fresh, &r) < 0)
         return NULL;
+    int rc = 0;
     Py_ssize_t n = PyList_GET_SIZE(fresh);
-    for (Py_ssize_t k = 0; k < n; k++) {
+    for (Py_ssize_t k = 0; k < n && rc == 0; k++) {
+        rc = -1;
         Py_ssize_t i = PyLong_AsSsize_t(PyList_GET_ITEM(fresh, k));
         if (i == -1 && PyErr_Occurred())
-            return NULL;
+            break;
         int64_t w[RECORD_WORDS];
-        for (int j = 0; j < RECORD_WORDS; j++)
-            if (word(words, i + j, &w[j]) < 0)
-                return NULL;
+        int j = 0;
+        while (j < RECORD_WORDS && word(words, i + j, &w[j]) == 0)
+            j++;
+        if (j < RECORD_WORDS)
+            break;
         if ((w[1] >> 32) & F_END) {
             PyObject *key = num(w[3]);
             if (key == NULL)
-                return NULL;
+                break;
             int has = PyDict_Contains(r.opened, key);
             Py_DECREF(key);
-            if (has < 0 || (has && append_end(&r, w[3], w[4], (w[1] >> 32) & F_CPU, w[5]) < 0))
-                return NULL;
+            rc = has < 0 ? -1 : has ? append_end(&r, w[3], w[4], (w[1] >> 32) & F_CPU, w[5]) : 0;
             continue;
         }
-        if (begun(&r, w) < 0)
-            return NULL;
+        rc = begun(&r, w);
     }
+    forget_thread(&r);
+    Py_CLEAR(r.entry);
+    if (rc < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 

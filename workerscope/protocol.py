@@ -13,7 +13,9 @@ allocates past the size cap: msgpack bounds every container by the length of the
 
 from __future__ import annotations
 
+import bisect
 import enum
+import itertools
 import operator
 import re
 import struct
@@ -370,33 +372,50 @@ def span_bodies(pid: int, records: list[SpanRecord], threads: list[list[Any]],
     groups = _groups(records)
     for (rtype, job), group in groups.items():
         kind = MARK if rtype == RECORD_MARK else SPANS
-        at, used, first = 0, 0, True
-        sizes: dict[str, int] = {}  # a name's records with no attrs and no error: their size
-        for n, r in enumerate(group):  # by index, not field name: every record passes here
-            if r[8] or r[9]:
-                size = _record_size(r)
-            else:
-                size = sizes.get(r[4], 0) or sizes.setdefault(r[4], _record_size(r))
-            if n > at and (n - at >= MAX_RECORDS_PER_FRAME or used + size > budget):
-                yield kind, _spans_body(pid, group[at:n], threads if first else []), job
-                at, used, first = n, 0, False
-            used += size
-        yield kind, _spans_body(pid, group[at:] if at else group, threads if first else []), job
+        at = 0
+        for cut in _cuts(group, budget):
+            yield kind, _spans_body(pid, group[at:cut] if at or cut < len(group) else group,
+                                    threads if not at else []), job
+            at = cut
     if threads and not groups:
         yield SPANS, _spans_body(pid, [], threads), None
 
 
-_kind_job = operator.itemgetter(0, 1)
+_kind, _job = operator.itemgetter(0), operator.itemgetter(1)
+_name, _attrs, _error = operator.itemgetter(4), operator.itemgetter(8), operator.itemgetter(9)
+
+
+def _cuts(group: list[SpanRecord], budget: int) -> list[int]:
+    """Where a group's frames end (indexes past each frame's last record, the last one
+    len(group)): each frame takes the records that follow while their estimated bytes stay
+    within budget and they are at most MAX_RECORDS_PER_FRAME, and at least one. Records with
+    no attrs and no error (most: a sidecar's burst) are sized once a name and cut in C
+    passes (running sums, bisect); the others one by one."""
+    n = len(group)
+    if any(map(_attrs, group)) or any(map(_error, group)):
+        sizes = list(map(_record_size, group))
+    else:
+        names = list(map(_name, group))
+        sized = {name: 64 + _text_bytes(name) for name in set(names)}
+        sizes = list(map(sized.__getitem__, names))
+    ends = list(itertools.accumulate(sizes))  # bytes up to and with each record
+    cuts: list[int] = []
+    at = 0
+    while at < n:
+        base = ends[at - 1] if at else 0
+        cut = bisect.bisect_right(ends, base + budget, at, min(n, at + MAX_RECORDS_PER_FRAME))
+        at = max(cut, at + 1)
+        cuts.append(at)
+    return cuts or [0]
 
 
 def _groups(records: list[SpanRecord]) -> dict[tuple[int, int | None], list[SpanRecord]]:
     """The records by (kind, job), each group in the order given: most drains hold one."""
-    keys = list(map(_kind_job, records))
-    if keys and keys.count(keys[0]) == len(keys):
-        return {keys[0]: records}
+    if records and len(set(map(_kind, records))) == 1 and len(set(map(_job, records))) == 1:
+        return {(records[0][0], records[0][1]): records}
     groups: dict[tuple[int, int | None], list[SpanRecord]] = {}
-    for key, r in zip(keys, records, strict=True):
-        groups.setdefault(key, []).append(r)
+    for r in records:
+        groups.setdefault((r[0], r[1]), []).append(r)
     return groups
 
 

@@ -110,6 +110,51 @@ def test_span_frames_of_wide_characters_stay_within_the_frame_limit():
     assert max(sizes) <= protocol.SPAN_FRAME_BUDGET * 1.1, max(sizes)
 
 
+_RECORD = st.builds(
+    lambda kind, job, name, attrs, error: (kind, job, name, attrs, error),
+    st.sampled_from([protocol.RECORD_SPAN, protocol.RECORD_MARK]), st.sampled_from([None, 1, 2]),
+    st.sampled_from(["a", "step", "\U0001F600" * 40, "n" * 3000]),
+    st.sampled_from([None, None, None, {"k": "v" * 500}]), st.sampled_from([None, None, "E: x"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=st.lists(_RECORD, max_size=80), budget=st.integers(1, 20_000),
+       most=st.sampled_from([1, 3, 7, protocol.MAX_RECORDS_PER_FRAME]))
+def test_span_frames_are_cut_greedily_within_the_budget(fields, budget, most):
+    """Each kind and job's records in order, over frames that each take the records that
+    follow while their estimated bytes fit the budget and the record bound, and at least
+    one: no frame could have taken the next record too. The threads go with the first frame
+    of each run."""
+    from factories import span_record
+
+    records = [span_record(kind=k, job=j, id=i, name=n, attrs=a, error=e)
+               for i, (k, j, n, a, e) in enumerate(fields)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(protocol, "MAX_RECORDS_PER_FRAME", most)
+        frames = list(protocol.span_bodies(7, records, [[1, "main"]], budget))
+    if not records:  # one frame names the threads, for no job
+        assert frames == [(protocol.SPANS, {"pid": 7, "records": [], "threads": [[1, "main"]]},
+                           None)]
+        return
+    runs: dict[tuple[int, int | None], list[list[protocol.SpanRecord]]] = {}
+    for kind, body, job in frames:
+        assert body["pid"] == 7
+        got = body["records"]
+        assert got and {(r.kind, r.job) for r in got} == {
+            (protocol.RECORD_MARK if kind == protocol.MARK else protocol.RECORD_SPAN, job)}
+        run = runs.setdefault((got[0].kind, job), [])
+        assert body["threads"] == ([] if run else [[1, "main"]])
+        run.append(got)
+    for (kind, job), run in runs.items():
+        assert [r for chunk in run for r in chunk] == [
+            r for r in records if (r.kind, r.job) == (kind, job)]
+        for chunk, after in zip(run, [*run[1:], None], strict=True):
+            used = sum(map(protocol._record_size, chunk))
+            assert len(chunk) <= most and (len(chunk) == 1 or used <= budget)
+            if after is not None:  # the next record did not fit
+                assert len(chunk) == most or used + protocol._record_size(after[0]) > budget
+
+
 # -- the bound on arrays and maps in one frame ----------------------------------------------
 def _spans_frame(records: int) -> bytes:
     recs = [[0, 1, i, i - 1, "noop", 10**15 + i * 1000, 10**15 + i * 1000 + 500, 12345, None,
