@@ -438,7 +438,8 @@ class LightJob:
             self.ring.lost_said = lost
             # A light ring is read at a job's end only: it must hold the job's records.
             reader = self.ring.reader
-            size = None if lost_here <= 0 else spanring.ring_size_note(
+            # Only where it overflowed: a loss of damaged records is no matter of size.
+            size = None if lost_here <= 0 or reader.backlog_peak <= reader.cap else spanring.ring_size_note(
                 os.getpid(), reader.backlog_peak, reader.cap, lost_here, None)
             frames = span_frames(os.getpid(), records, threads, said, size)
             # Its own timeline keeps this job's records; the driver gets them all.
