@@ -406,7 +406,7 @@ def _cuts(group: list[SpanRecord], budget: int) -> list[int]:
         cut = bisect.bisect_right(ends, base + budget, at, min(n, at + MAX_RECORDS_PER_FRAME))
         at = max(cut, at + 1)
         cuts.append(at)
-    return cuts or [0]
+    return cuts
 
 
 def _groups(records: list[SpanRecord]) -> dict[tuple[int, int | None], list[SpanRecord]]:

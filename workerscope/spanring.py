@@ -446,7 +446,7 @@ class RingReader:
         """The records of `fresh` (their indexes in words) that a writer could have written;
         the others are counted damaged. Names are read by now, and a writer writes a name
         before the first record that has it. A begun record whose name is known passes the
-        first test (in locals: the sidecar checks every record); any other, the second."""
+        first test (the scan's sane(), on every record); any other, the second."""
         now = time.monotonic_ns()  # after the copy: no start or end a writer wrote is later
         keep: list[int]
         keep, rest = self.scan.sane(words, fresh, self._last_nid, self.born, now)
