@@ -147,3 +147,26 @@ def test_outer_ring_is_back_after_a_job_with_other_settings(clean_env):
     assert len(after) == 1
     (inner,) = [j for j in t.jobs if j.name == "work"]
     assert len([s for s in t.spans if s.name == "step" and s.job == inner.id]) == 2
+
+
+def test_a_light_ring_that_lost_a_damaged_record_gives_no_size_note(clean_env):
+    """A record lost to a stray write into the ring (not to the ring filling) is counted in
+    spans_lost and said as before, but no ring size is advised: the ring held the job (its
+    note once advised a ring of 64 records, smaller than the 65,536 in use)."""
+    from workerscope import spanring
+    from workerscope.worker import light
+
+    def job():
+        for i in range(5):
+            step(i)
+        ring = light._ring  # a stray write over one slot's seq word of this process's ring
+        q = ring.writer.q
+        c = q[spanring.H_COUNTER]
+        q[spanring.HEADER_WORDS + ((c - 1) & ring.writer.mask) * spanring.RECORD_WORDS] = -1
+
+    wrapped = profiled(job)
+    wrapped()
+    assert (wrapped.last_stats["spans"], wrapped.last_stats["spans_lost"]) == (4, 1)
+    notes = [n for w in wrapped.last_timeline.workers.values() for n in w.notes]
+    assert any("span ring full" in n for n in notes)
+    assert not [n for n in notes if "at its fullest" in n], notes
