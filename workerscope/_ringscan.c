@@ -31,6 +31,7 @@
 #define LOW32 ((int64_t)0xFFFFFFFF)
 #define MAX_TID ((int64_t)1 << 22)
 #define MAX_DEPTH ((int64_t)1 << 16)
+#define STACK_NEW_LEVELS 4 /* what a new thread's stack costs, in levels (spanring's twin) */
 
 /* words[i] as int64 (the caller made every item an int of int64's range). */
 static inline int
@@ -150,6 +151,7 @@ typedef struct {
     PyObject *record, *unnamed, *kind_span, *kind_mark, *pid_obj;
     PyObject *out, *done;
     int64_t id_base, half, c_pre;
+    int64_t room, cut; /* levels the stacks may still grow by; records not put on a stack */
     /* The last record's thread (most records follow one of the same thread) and name:
      * its tid as an int, its stack, its job cache entry's [lo, hi) and job (have_job), and
      * the name's (name, attrs) entry. Strong references, dropped at the pass's end; the
@@ -171,14 +173,14 @@ forget_thread(Read *r)
 static int
 read_args(PyObject *args, PyObject **words, PyObject **fresh, Read *r)
 {
-    long long id_base, half, c_pre;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!OOOOOOO!O!LLL", &PyList_Type, words,
+    long long id_base, half, c_pre, room;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!OOOOOOO!O!LLLL", &PyList_Type, words,
                           &PyList_Type, fresh, &PyDict_Type, &r->names, &PyDict_Type,
                           &r->extras, &PyDict_Type, &r->opened, &PyDict_Type, &r->stacks,
                           &PyDict_Type, &r->ctxs, &PyDict_Type, &r->cache, &r->lookup,
                           &r->record, &r->unnamed, &r->kind_span, &r->kind_mark, &r->pid_obj,
                           &PyList_Type, &r->out, &PyList_Type, &r->done, &id_base, &half,
-                          &c_pre))
+                          &c_pre, &room))
         return -1;
     if (!PyType_Check(r->record) || !PyType_IsSubtype((PyTypeObject *)r->record, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "record must be a tuple type");
@@ -187,6 +189,8 @@ read_args(PyObject *args, PyObject **words, PyObject **fresh, Read *r)
     r->id_base = id_base;
     r->half = half;
     r->c_pre = c_pre;
+    r->room = room;
+    r->cut = 0;
     r->tid = r->lo = r->hi = r->nid = 0;
     r->tid_obj = r->stack = r->job = r->entry = NULL;
     r->have_job = 0;
@@ -200,7 +204,8 @@ num(int64_t v)
     return PyLong_FromLongLong((long long)v);
 }
 
-/* The list of span ids open on thread tid (stacks[tid], made [None] where new): borrowed. */
+/* The list of span ids open on thread tid (stacks[tid], made [None] where new, at a cost of
+ * STACK_NEW_LEVELS of the room): borrowed. */
 static PyObject *
 stack_of(Read *r, PyObject *tid_obj)
 {
@@ -214,6 +219,7 @@ stack_of(Read *r, PyObject *tid_obj)
     PyList_SET_ITEM(stack, 0, Py_None);
     int rc = PyDict_SetItem(r->stacks, tid_obj, stack);
     Py_DECREF(stack); /* the dict holds it */
+    r->room -= STACK_NEW_LEVELS;
     return rc < 0 ? NULL : stack;
 }
 
@@ -338,11 +344,18 @@ ctx_parent(Read *r, int64_t ctx, int64_t tid, int64_t level, PyObject *parent)
     return parent;
 }
 
-/* stack[depth] = sid, the list cut or padded (with None) to depth first. */
+/* stack[depth] = sid, the list cut or padded (with None) to depth first; where that would
+ * grow it by more than the room left, the stack is left as it is and the record counted. */
 static int
-push(PyObject *stack, int64_t depth, PyObject *sid)
+push(Read *r, PyObject *stack, int64_t depth, PyObject *sid)
 {
     Py_ssize_t n = PyList_GET_SIZE(stack);
+    int64_t grow = depth + 1 - (int64_t)n;
+    if (grow > 0 && grow > r->room) {
+        r->cut++;
+        return 0;
+    }
+    r->room -= grow;
     if (n > depth && PyList_SetSlice(stack, (Py_ssize_t)depth, n, NULL) < 0)
         return -1;
     while (PyList_GET_SIZE(stack) < depth)
@@ -476,7 +489,7 @@ begun(Read *r, const int64_t *w)
         Py_INCREF(job);
         Py_SETREF(parent, job);
     }
-    if (sync && depth >= 1 && push(stack, depth, sid) < 0)
+    if (sync && depth >= 1 && push(r, stack, depth, sid) < 0)
         goto undo;
     if (!(flags & (F_ASYNC | F_MARK)) && 0 < end && end < ERR_BIT && !PyDict_GET_SIZE(r->extras)) {
         /* the most common record, ended with no error and no extras: a SpanRecord now */
@@ -528,9 +541,10 @@ done:
 }
 
 /* spans(words, fresh, names, extras, opened, stacks, ctxs, cache, lookup, SpanRecord, unnamed,
- *       RECORD_SPAN, RECORD_MARK, pid, out, done, id_base, half, c_pre) -> None
+ *       RECORD_SPAN, RECORD_MARK, pid, out, done, id_base, half, c_pre, room) -> (room, cut)
  * RingReader.read's loop over the records of fresh (indexes in words, in seq order): spans
- * that completed are appended to out, ends of open spans to done. */
+ * that completed are appended to out, ends of open spans to done; the room left for the
+ * stacks and the records not put on theirs for want of it are returned. */
 static PyObject *
 spans(PyObject *self, PyObject *args)
 {
@@ -566,7 +580,7 @@ spans(PyObject *self, PyObject *args)
     Py_CLEAR(r.entry);
     if (rc < 0)
         return NULL;
-    Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", (long long)r.room, (long long)r.cut);
 }
 
 static PyMethodDef methods[] = {
@@ -584,7 +598,8 @@ PyMODINIT_FUNC
 PyInit__ringscan(void)
 {
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "LAYOUT", LAYOUT) < 0) {
+    if (m != NULL && (PyModule_AddIntConstant(m, "LAYOUT", LAYOUT) < 0
+                      || PyModule_AddIntConstant(m, "STACK_NEW_LEVELS", STACK_NEW_LEVELS) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

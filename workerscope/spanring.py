@@ -110,6 +110,15 @@ FLAGS = F_MARK | F_ASYNC | F_END | F_CPU
 END_WHAT = (F_END | F_CPU) << 32  # an F_END record's name word has no bits but these
 MAX_TID = 1 << 22  # Linux's PID_MAX_LIMIT
 MAX_DEPTH = 1 << 16  # spans open on one thread (a reader's stack of a thread is that long)
+# What a reader's stacks of its threads (the span open at each level) may hold, in bytes: a
+# level costs a list slot and the id it holds, a thread's stack the dict entry, key and list
+# that hold it. A record that would grow the stacks past it is read, and it is not put on its
+# thread's stack (RingReader.stacks_cut counts these): a span begun inside it shows under
+# the job. What is held of threads with no span open is let go once half is in use.
+STACK_BYTES = 16 << 20
+STACK_LEVEL_BYTES = 40
+STACK_NEW_LEVELS = 4  # what a new thread's stack costs, in levels (_ringscan.c's twin)
+STACK_ROOM = STACK_BYTES // STACK_LEVEL_BYTES
 
 DEFAULT_CAPACITY = 1 << 16
 NAMES_BYTES = 128 << 10
@@ -358,6 +367,9 @@ class RingReader:
         self._extras_at = q[H_EXTRAS_TAIL]
         self._extras: dict[int, dict[str, Any]] = {}
         self._stacks: dict[int, list[int | None]] = {}
+        self._stack_room = STACK_ROOM  # levels the stacks may still take
+        self._prune_below = STACK_ROOM // 2  # let go of idle threads' stacks past this
+        self.stacks_cut = 0  # records read with no room on their thread's stack
         self._ctxs: dict[int, tuple[int, int, int]] = {}  # async seq -> (tid, depth, id)
         self._stuck = (0, 0)
         self._job_cache: dict[int, Any] = {}  # tid + 1 -> (lo, hi, job); 0 -> Jobs.version
@@ -419,10 +431,12 @@ class RingReader:
         short."""
         c_pre, words, fresh, done = self._collect(upto, final, now_ns)
         out: list[protocol.SpanRecord] = []
-        self.scan.spans(words, fresh, self.names, self._extras, self.open, self._stacks,
-                        self._ctxs, self._jobs_cache(jobs), jobs.lookup, protocol.SpanRecord,
-                        _UNNAMED, protocol.RECORD_SPAN, protocol.RECORD_MARK, self.pid, out,
-                        done, self.id_base, self.cap // 2, c_pre)
+        self._stack_room, cut = self.scan.spans(
+            words, fresh, self.names, self._extras, self.open, self._stacks, self._ctxs,
+            self._jobs_cache(jobs), jobs.lookup, protocol.SpanRecord, _UNNAMED,
+            protocol.RECORD_SPAN, protocol.RECORD_MARK, self.pid, out, done, self.id_base,
+            self.cap // 2, c_pre, self._stack_room)
+        self.stacks_cut += cut
         self._finish(out, done, final, now_ns)
         return out
 
@@ -712,6 +726,8 @@ class RingReader:
             return None
 
     def _prune(self) -> None:
+        if self._stack_room < self._prune_below:
+            self._prune_stacks()
         if len(self._ctxs) > 10_000:
             for seq in list(self._ctxs)[:5_000]:
                 if seq not in self.open:
@@ -720,6 +736,23 @@ class RingReader:
             oldest = self.next_seq - self.cap
             for seq in [s for s in self._extras if s < oldest and s not in self.open]:
                 del self._extras[seq]
+
+
+    def _prune_stacks(self) -> None:
+        """Let go of the levels of each thread's stack above its last span still open (a
+        span begun from now on has an open parent) and of the stacks with none open; the
+        next prune waits until half the room that is left then is taken too."""
+        base, held = self.id_base, 0
+        live = {base | seq for seq in self.open}
+        for tid, stack in list(self._stacks.items()):
+            top = next((i for i in range(len(stack) - 1, 0, -1) if stack[i] in live), 0)
+            if top:
+                del stack[top + 1:]
+                held += top + STACK_NEW_LEVELS
+            else:
+                del self._stacks[tid]
+        self._stack_room = STACK_ROOM - held
+        self._prune_below = self._stack_room // 2
 
 
 def _ctx_parent(c: tuple[int, int, int] | None, tid: int, level: int,
@@ -787,11 +820,14 @@ class PythonScan:
               stacks: dict[int, list[int | None]], ctxs: dict[int, tuple[int, int, int]],
               cache: dict[int, Any], lookup: Any, record: Any, unnamed: Any, kind_span: int,
               kind_mark: int, pid: int, out: list[Any], done: list[_End], id_base: int,
-              half: int, c_pre: int) -> None:
+              half: int, c_pre: int, room: int) -> tuple[int, int]:
         """The records of fresh (indexes in words, in seq order), parents and jobs worked out
         as they begin: each span that completed appended to out as a `record`, each end of an
-        open span to done."""
+        open span to done. room: the levels the stacks may still grow by (a new thread's
+        costs STACK_NEW_LEVELS; it may go below 0 by those). (the room left, the records not
+        put on their stack for want of it)."""
         append, new, ctx_parent = out.append, tuple.__new__, _ctx_parent
+        cut = 0
         for i in fresh:
             seq, what, start = words[i], words[i + 1], words[i + 3]
             flags = what >> 32
@@ -807,6 +843,7 @@ class PythonScan:
             stack = stacks.get(tid)
             if stack is None:
                 stack = stacks[tid] = [None]
+                room -= STACK_NEW_LEVELS
             parent = stack[level] if 1 <= level < len(stack) else None
             if ctx:  # begun in an async context: its parent may be that context's span
                 parent = ctx_parent(ctxs.get(ctx), tid, level, parent)
@@ -819,10 +856,15 @@ class PythonScan:
             if parent is None:
                 parent = job
             if sync and depth >= 1:
-                del stack[depth:]
-                while len(stack) < depth:
-                    stack.append(None)
-                stack.append(sid)
+                grow = depth + 1 - len(stack)
+                if grow > 0 and grow > room:
+                    cut += 1
+                else:
+                    room -= grow
+                    del stack[depth:]
+                    while len(stack) < depth:
+                        stack.append(None)
+                    stack.append(sid)
             if flags & F_ASYNC:
                 ctxs[seq] = (tid, depth, sid)
             end = words[i + 4]
@@ -840,6 +882,7 @@ class PythonScan:
                                c_pre - seq >= half]  # an OpenSpan
             if end:
                 done.append((seq, end, None))
+        return room, cut
 
 
 def _load_scan() -> Any:
@@ -851,7 +894,10 @@ def _load_scan() -> Any:
         _ringscan = importlib.import_module(f"{__package__}._ringscan")
     except ImportError:
         return PythonScan
-    return _ringscan if getattr(_ringscan, "LAYOUT", None) == VERSION else PythonScan
+    # A build of older sources lacks STACK_NEW_LEVELS (its spans() takes no room).
+    same = (getattr(_ringscan, "LAYOUT", None) == VERSION
+            and getattr(_ringscan, "STACK_NEW_LEVELS", None) == STACK_NEW_LEVELS)
+    return _ringscan if same else PythonScan
 
 
 # What every reader's passes run on: the C fast path, or PythonScan.

@@ -4,15 +4,19 @@ note), during a real job read by a real sidecar, and on rings scribbled at rando
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import random
+import re
 import signal
 import tempfile
 import threading
 import time
+import tracemalloc
 
 import psutil
+import pytest
 from helpers import wait_until
 
 from workerscope import monitor, span
@@ -186,8 +190,22 @@ def test_random_scribbles_never_crash_the_reader_nor_make_absurd_spans(clean_env
 def test_an_overwritten_open_span_slot_is_not_an_end(clean_env):
     """A span open when the reader saw it, whose slot is then overwritten with its seq kept
     and an absurd end, is dropped and counted, not ended at that time."""
+    with _reading(256) as (w, mm, reader, jobs):
+        seq = w.begin(w.intern("open"), 0, 1234, 1, 0) & sr.SEQ_MASK
+        assert reader.read(jobs, now_ns=time.monotonic_ns()) == []
+        at = 8 * (w.rec + (seq - 1) * sr.RECORD_WORDS)
+        mm[at + 8 * sr.END: at + 8 * sr.END + 8] = (1 << 61).to_bytes(8, "little")
+        assert reader.read(jobs, now_ns=time.monotonic_ns()) == []
+        assert reader.read(jobs, final=True, now_ns=time.monotonic_ns()) == []
+        assert reader.lost == 1
+
+
+@contextlib.contextmanager
+def _reading(capacity):
+    """(a writer of a new ring file of `capacity` records, the file mapped, a reader of it, a
+    jobs table with one job of this process), all released after."""
     with tempfile.TemporaryDirectory() as d:
-        w = recorder.Writer(d, 256)
+        w = recorder.Writer(d, capacity)
         fd = os.open(w.path, os.O_RDWR)
         mm = mmap.mmap(fd, 0)
         os.close(fd)
@@ -195,14 +213,89 @@ def test_an_overwritten_open_span_slot_is_not_an_end(clean_env):
         jobs = sr.Jobs()
         jobs.start(1, os.getpid(), None, 0)
         try:
-            seq = w.begin(w.intern("open"), 0, 1234, 1, 0) & sr.SEQ_MASK
-            assert reader.read(jobs, now_ns=time.monotonic_ns()) == []
-            at = 8 * (w.rec + (seq - 1) * sr.RECORD_WORDS)
-            mm[at + 8 * sr.END: at + 8 * sr.END + 8] = (1 << 61).to_bytes(8, "little")
-            assert reader.read(jobs, now_ns=time.monotonic_ns()) == []
-            assert reader.read(jobs, final=True, now_ns=time.monotonic_ns()) == []
-            assert reader.lost == 1
+            yield w, mm, reader, jobs
         finally:
             reader.close()
             mm.close()
             recorder.release(w)
+
+
+def _deep_records(w, n, depth, tid0):
+    """n ended spans of one name, each on a thread of its own (tids from tid0) at `depth`:
+    what no writer writes in one burst, a ring written into by something else."""
+    nid = w.intern("deep")
+    for i in range(n):
+        seq = w.begin(nid, 0, tid0 + i, depth, 0) & sr.SEQ_MASK
+        w.finish(seq, recorder.now_ns(), tid0 + i)
+
+
+@pytest.fixture(params=["c", "python"])
+def each_scan(request, monkeypatch):
+    """The reader's passes in C (skipped where not built), then in Python."""
+    if request.param == "python":
+        monkeypatch.setattr(sr, "SCAN", sr.PythonScan)
+    elif sr.SCAN is sr.PythonScan:
+        pytest.skip("the C passes are not built")
+
+
+def test_records_deep_on_new_threads_cannot_grow_the_reader_past_its_stack_bound(
+        clean_env, each_scan):
+    """300 records, each the deepest a thread can be (MAX_DEPTH) on a thread of its own: the
+    reader keeps its threads' stacks within STACK_BYTES (each would pad to 65,536 levels, 0.5
+    MiB; 300 of them held 161 MiB), every span still comes out, named, and the records it could not
+    stack are counted. The stacks of threads with nothing open are let go at the read's end."""
+    with _reading(1024) as (w, _mm, reader, jobs):
+        _deep_records(w, 300, sr.MAX_DEPTH, 5000)
+        tracemalloc.start()
+        got = reader.read(jobs, now_ns=time.monotonic_ns())
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < sr.STACK_BYTES + (4 << 20), f"{peak / 2**20:.0f} MiB"
+        assert [r.name for r in got] == ["deep"] * 300
+        assert {r.tid for r in got} == set(range(5000, 5300))
+        # As many as the room held were stacked; the rest counted.
+        stacked = sr.STACK_ROOM // (sr.MAX_DEPTH + sr.STACK_NEW_LEVELS)
+        assert reader.stacks_cut == 300 - stacked
+        # Nothing is open: at the read's end, it let go of every stack.
+        assert reader._stacks == {} and reader._stack_room == sr.STACK_ROOM
+
+
+def test_a_prune_keeps_the_parents_of_spans_still_open(clean_env, each_scan):
+    """With the stacks past half their room (records deep on threads of their own), the
+    reader lets go of what no open span needs, and a span begun afterwards inside one still
+    open, on a thread that nested 3 deep, still has that open span as its parent."""
+    with _reading(1024) as (w, _mm, reader, jobs):
+        outer, mid = w.intern("outer"), w.intern("mid")
+        o = w.begin(outer, 0, 77, 1, 0) & sr.SEQ_MASK
+        m = w.begin(mid, 0, 77, 2, 0) & sr.SEQ_MASK
+        w.finish(m, recorder.now_ns(), 77)  # mid ended: outer stays open
+        _deep_records(w, 4, sr.MAX_DEPTH, 6000)  # 4 x 64k levels: past half the room
+        got = reader.read(jobs, now_ns=time.monotonic_ns())
+        assert sorted(r.name for r in got) == ["deep"] * 4 + ["mid"]
+        assert list(reader._stacks) == [77]  # the others held nothing open
+        assert reader._stacks[77] == [None, reader.id_base | o]  # mid's level let go
+        inner = w.begin(w.intern("inner"), 0, 77, 2, 0) & sr.SEQ_MASK
+        w.finish(inner, recorder.now_ns(), 77)
+        w.finish(o, recorder.now_ns(), 77)
+        got = reader.read(jobs, final=True, now_ns=time.monotonic_ns())
+        by = {r.name: r for r in got}
+        assert by["inner"].parent == by["outer"].id == reader.id_base | o
+        assert reader.stacks_cut == 0
+
+
+def test_a_sidecar_says_what_it_could_not_stack(clean_env):
+    """A real sidecar reading 300 records each MAX_DEPTH deep on a thread of its own keeps all
+    300 spans, and the timeline says how many it could not stack and what that costs."""
+    with monitor(interval=0.05) as m:
+        _deep_records(recorder.active, 300, sr.MAX_DEPTH, 7000)
+    t = m.timeline
+    (w,) = t.workers.values()
+    deep = [s for s in t.spans if s.name == "deep"]
+    assert len(deep) == 300 and {s.tid for s in deep} == set(range(7000, 7300))
+    # One drain of all 300 stacks 6 and counts the rest; drains that split them stack 6 each.
+    most = 300 - sr.STACK_ROOM // (sr.MAX_DEPTH + sr.STACK_NEW_LEVELS)
+    (note,) = [n for n in w.notes if "stacks" in n]
+    said = re.search(rf"pid {os.getpid()}: (\d+) span\(s\) came with no room", note)
+    assert said and 0 < int(said[1]) <= most, note
+    assert "16 MiB" in note and "under the job" in note
+    assert w.spans_lost == 0

@@ -126,11 +126,13 @@ def _records(draw, n: int) -> list[int]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.data(), n=st.integers(0, 40), half=st.integers(1, 8))
-def test_records_become_the_spans_python_makes(c_scan, data, n, half):
-    """The same SpanRecords (values and type), ends, and the same reader state after: open
-    spans, stacks, async contexts and the job cache, from a state holding open spans, extras,
-    a name the names table lacks, jobs on some threads, and a job cache of earlier reads."""
+@given(data=st.data(), n=st.integers(0, 40), half=st.integers(1, 8),
+       room=st.one_of(st.integers(-4, 30), st.just(spanring.STACK_ROOM)))
+def test_records_become_the_spans_python_makes(c_scan, data, n, half, room):
+    """The same SpanRecords (values and type), ends, room left and records cut, and the same
+    reader state after: open spans, stacks, async contexts and the job cache, from a state
+    holding open spans, extras, a name the names table lacks, jobs on some threads, a job
+    cache of earlier reads, and stacks with room for a few levels more or for all."""
     words = _records(data.draw, n)
     fresh = list(range(0, len(words), spanring.RECORD_WORDS))
     jobs = spanring.Jobs()
@@ -148,17 +150,23 @@ def test_records_become_the_spans_python_makes(c_scan, data, n, half):
     def run(scan):
         s = copy.deepcopy(state)
         out, done = [], []
-        scan.spans(words, fresh, names, s["extras"], s["opened"], s["stacks"], s["ctxs"],
-                   s["cache"], jobs.lookup, protocol.SpanRecord, spanring._UNNAMED,
-                   protocol.RECORD_SPAN, protocol.RECORD_MARK, 4242, out, done,
-                   3 << spanring.ID_SHIFT, half, n)
-        return out, done, s
+        left = scan.spans(words, fresh, names, s["extras"], s["opened"], s["stacks"], s["ctxs"],
+                          s["cache"], jobs.lookup, protocol.SpanRecord, spanring._UNNAMED,
+                          protocol.RECORD_SPAN, protocol.RECORD_MARK, 4242, out, done,
+                          3 << spanring.ID_SHIFT, half, n, room)
+        return out, done, s, left
 
-    c_out, c_done, c_state = run(c_scan)
-    py_out, py_done, py_state = run(PythonScan)
+    c_out, c_done, c_state, c_left = run(c_scan)
+    py_out, py_done, py_state, py_left = run(PythonScan)
     assert c_out == py_out
     assert all(type(r) is protocol.SpanRecord for r in c_out)
-    assert (c_done, c_state) == (py_done, py_state)
+    assert (c_done, c_state, c_left) == (py_done, py_state, py_left)
+    # The room taken is what the stacks grew by, a new thread's stack at its price.
+    before = {t: len(v) for t, v in state["stacks"].items()}
+    grown = sum(len(v) - before.get(t, 1 - spanring.STACK_NEW_LEVELS)
+                for t, v in py_state["stacks"].items())
+    assert py_left[0] == room - grown
+    assert py_left[1] >= 0
 
 
 def test_a_lookup_that_raises_raises_through_the_c_pass(c_scan):
@@ -171,4 +179,4 @@ def test_a_lookup_that_raises_raises_through_the_c_pass(c_scan):
         with pytest.raises(RuntimeError, match="jobs table broken"):
             scan.spans(words, [0], {1: ("a", None)}, {}, {}, {}, {}, {}, lookup,
                        protocol.SpanRecord, spanring._UNNAMED, protocol.RECORD_SPAN,
-                       protocol.RECORD_MARK, 1, [], [], 1 << 40, 4, 1)
+                       protocol.RECORD_MARK, 1, [], [], 1 << 40, 4, 1, spanring.STACK_ROOM)

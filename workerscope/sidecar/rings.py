@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from .. import protocol, spanring
+from .. import protocol, spanring, units
 from . import stacks
 
 log = logging.getLogger("workerscope.sidecar")
@@ -427,6 +427,11 @@ def _ring_notes(ring: _Ring) -> list[str]:
             out.append(f"span ring of pid {pid}: names of some threads were not recorded (thread "
                        f"names take at most 1/{spanring.THREAD_SHARE} of the names table, so "
                        "span names keep room); their spans show the thread id only")
+    if reader.stacks_cut:
+        out.append(f"span ring of pid {pid}: {reader.stacks_cut} span(s) came with no room "
+                   f"left on their threads' stacks (the reader holds at most "
+                   f"{units.fmt_bytes(spanring.STACK_BYTES)} of them, spans open at each level "
+                   "of each thread); spans begun inside them show under the job")
     damage = "something else wrote into the ring file"
     for found, what in (
             (reader.damaged, f"records that no writer wrote were dropped ({damage}; spans_lost "
