@@ -397,6 +397,12 @@ class _Bin:
         return out
 
 
+# A file whose part read says its samples will take this many budgets is binned from then
+# on (SampleBins._far_over): a margin for records whose samples come denser early on, which
+# would then be binned where all might have been kept. Asked EARLY_LOOKS times a budget.
+EARLY_FACTOR = 1.5
+EARLY_LOOKS = 64
+
 # What a sample costs in memory, roughly: the Sample and its values map (~100 B a metric,
 # measured with tracemalloc: 10 metrics ~1.25 KB, 20 ~2.3 KB).
 SAMPLE_BYTES = 250
@@ -438,7 +444,9 @@ class SampleBins:
     one width, a power of two of nanoseconds, doubled until the bins take at most half the
     budget; as the run goes on it doubles again, so memory stays bounded however long the
     record is. `progress` (how much of a file has been read, 0 to 1) sizes the bins for the
-    whole file from the part read, so they are not folded again at each doubling. A series'
+    whole file from the part read, so they are not folded again at each doubling, and starts
+    binning as soon as the part read says the whole will be far past the budget
+    (EARLY_FACTOR times), not once a budget's worth is held as it came. A series'
     run of samples of one layout in one bin is kept as rows and folded together when the
     run ends (at most 1/40 of the budget is such rows). A bin is one Sample at its last
     time, its metrics kept by fold_rule: totals and the rates between bins exact, rates
@@ -453,6 +461,7 @@ class SampleBins:
         self.kept = 0  # samples or bins held
         self.bytes = 0  # their estimated memory
         self._threshold = self.limit  # widen past this many bytes
+        self._look_at = self.limit // EARLY_LOOKS  # project the whole file past this many
         self._plain: list[Sample] | None = []  # until the budget is first reached
         self._series: dict[_Key, _Series] = {}
         self._open: list[_Series] = []  # the series with rows not yet folded
@@ -474,8 +483,9 @@ class SampleBins:
                 self._plain.append(Sample(wid, t, scope, pid, dict(values), tid))
                 self.kept += 1
                 self.bytes += sample_bytes(values)
-            if self.bytes > self._threshold:  # the budget reached: binned from now on
-                self._start()
+            if self.bytes > self._threshold or (
+                    self.bytes > self._look_at and self._far_over()):
+                self._start()  # binned from now on
             return
         found, extend = self._series.get, self._extend
         for t, scope, pid, tid, values in new:
@@ -487,6 +497,15 @@ class SampleBins:
             self._close_all()
         if self.bytes > self._threshold:
             self._widen()
+
+    def _far_over(self) -> bool:
+        """Whether the samples of the whole file, projected from the part read, would be
+        past EARLY_FACTOR budgets (asked each 1/EARLY_LOOKS of the budget)."""
+        self._look_at += self.limit // EARLY_LOOKS
+        if self._progress is None:
+            return False
+        read = self._progress()
+        return read > 0 and self.bytes > EARLY_FACTOR * self.limit * read
 
     def _start(self) -> None:
         """Bin the samples kept so far, in bins as wide as _widen would make them."""
