@@ -402,6 +402,7 @@ class _Bin:
 # would then be binned where all might have been kept. Asked EARLY_LOOKS times a budget.
 EARLY_FACTOR = 1.5
 EARLY_LOOKS = 64
+LEAST_READ = 1 / 64  # the least part of a file the whole is projected from
 
 # What a sample costs in memory, roughly: the Sample and its values map (~100 B a metric,
 # measured with tracemalloc: 10 metrics ~1.25 KB, 20 ~2.3 KB).
@@ -505,7 +506,9 @@ class SampleBins:
         if self._progress is None:
             return False
         read = self._progress()
-        return read > 0 and self.bytes > EARLY_FACTOR * self.limit * read
+        # Not before LEAST_READ: the bins' width is projected from no less (narrower bins
+        # would be widened again and again).
+        return read >= LEAST_READ and self.bytes > EARLY_FACTOR * self.limit * read
 
     def _start(self) -> None:
         """Bin the samples kept so far, in bins as wide as _widen would make them."""
@@ -537,7 +540,7 @@ class SampleBins:
             # A file of known length: bins as wide as its whole would need, projected from
             # the part read (at most 64 times as many samples), not doubled again and again
             # as its samples come (each doubling folds every bin again).
-            over /= min(max(self._progress(), 1 / 64), 1.0)
+            over /= min(max(self._progress(), LEAST_READ), 1.0)
         width = max(self.width * 2, 1)
         while width < spacing * over:
             width *= 2
