@@ -143,7 +143,7 @@ def ring_size_note(pid: int, peak: int, capacity: int, overwritten: int,
     what is needed."""
     want = capacity_for(2 * peak)
     fit = (f"a ring_records of at least {want:,} (WORKERSCOPE_RING_RECORDS={want}; "
-           f"{fmt_bytes(want * RECORD_BYTES)} of shared memory for each process) would have "
+           f"{fmt_bytes(want * RECORD_BYTES)} of memory for each process) would have "
            "held what waited then" if want <= MOST_RING_RECORDS else
            f"no ring_records setting holds it (the most is {MOST_RING_RECORDS:,})")
     read = ("" if pace is None else
