@@ -488,12 +488,24 @@ class SampleBins:
                     self.bytes > self._look_at and self._far_over()):
                 self._start()  # binned from now on
             return
-        found, extend = self._series.get, self._extend
+        found, width, added = self._series.get, self.width, 0
         for t, scope, pid, tid, values in new:
             series = found((wid, scope, pid, tid))
-            if series is not None and extend(series, t, values):
-                continue
-            self._bin(Sample(wid, t, scope, pid, dict(values), tid))
+            # _extend, inline (a call a sample row is a sixth of a load's sample path)
+            if series is not None and series.open == t // width and t >= series.t:
+                plan = series.plan
+                if plan is not None and len(values) == series.size:
+                    try:
+                        series.rows.append(plan.get_row(values))
+                    except KeyError:  # another layout of as many keys
+                        pass
+                    else:
+                        series.times.append(t)
+                        series.t, series.latest = t, max(series.latest, t)
+                        added += 1
+                        continue
+            self._bin(wid, t, scope, pid, tid, values)
+        self._rows += added
         if self._rows >= self._most_rows:
             self._close_all()
         if self.bytes > self._threshold:
@@ -526,7 +538,7 @@ class SampleBins:
         for s in plain:
             series = self._series.get((s.worker, s.scope, s.pid, s.tid))
             if series is None or not self._extend(series, s.t_ns, s.values):
-                self._bin(s)
+                self._bin(s.worker, s.t_ns, s.scope, s.pid, s.tid, s.values, s)
         self._close_all()
         if self.bytes > self.limit // 2:
             self._widen()
@@ -586,23 +598,27 @@ class SampleBins:
             self._close(series)
         self._open, self._rows = [], 0
 
-    def _bin(self, s: Sample) -> None:
-        key = (s.worker, s.scope, s.pid, s.tid)
+    def _bin(self, wid: str, t: int, scope: str, pid: int | None, tid: int | None,
+             values: dict[str, float], sample: Sample | None = None) -> None:
+        """Start a run of rows of a series with this sample (`sample`, where the caller has
+        one: it owns values; else one is made, values copied, only where it is kept as it
+        came: a series' earliest)."""
+        key = (wid, scope, pid, tid)
         series = self._series.get(key)
-        t = s.t_ns
         if series is None:
-            self._series[key] = _Series(s)
+            self._series[key] = _Series(sample or Sample(wid, t, scope, pid, dict(values), tid))
             self.kept += 1
-            self.bytes += sample_bytes(s.values)
+            self.bytes += sample_bytes(values)
             return
         if t > series.latest:
             series.latest = t
         elif t < series.earliest:
             series.earliest = t
         if t < series.first.t_ns:  # the earlier one takes its place; the one it had is binned
-            self.bytes += sample_bytes(s.values) - sample_bytes(series.first.values)
-            s, series.first = series.first, s
-            t = s.t_ns
+            self.bytes += sample_bytes(values) - sample_bytes(series.first.values)
+            old, series.first = series.first, sample or Sample(wid, t, scope, pid, dict(values),
+                                                               tid)
+            values, t = old.values, old.t_ns
         index = t // self.width if self.width else t  # a bin of its own until widened
         if series.open is not None:
             self._close(series)
@@ -610,9 +626,9 @@ class SampleBins:
             self._open.append(series)
         # The first row of the next run of this series' samples in one bin, folded when the
         # run ends.
-        plan = _layout(s.values)
+        plan = _layout(values)
         series.open, series.plan, series.size, series.t = index, plan, len(plan.keys), t
-        series.rows, series.times = [plan.get_row(s.values)], [t]
+        series.rows, series.times = [plan.get_row(values)], [t]
         self._rows += 1
 
     def _fold(self, series: _Series, index: int, t: int, values: dict[str, float]) -> None:
