@@ -204,23 +204,32 @@ num(int64_t v)
     return PyLong_FromLongLong((long long)v);
 }
 
-/* The list of span ids open on thread tid (stacks[tid], made [None] where new, at a cost of
- * STACK_NEW_LEVELS of the room): borrowed. */
+/* The list of span ids open on thread tid: stacks[tid], or a new [None], put there at a
+ * cost of STACK_NEW_LEVELS of the room where that much is left (else a list of this pass
+ * alone, held only as the cached thread's). A new reference. */
 static PyObject *
 stack_of(Read *r, PyObject *tid_obj)
 {
     PyObject *stack = PyDict_GetItemWithError(r->stacks, tid_obj);
-    if (stack != NULL || PyErr_Occurred())
+    if (stack != NULL) {
+        Py_INCREF(stack);
         return stack;
+    }
+    if (PyErr_Occurred())
+        return NULL;
     stack = PyList_New(1);
     if (stack == NULL)
         return NULL;
     Py_INCREF(Py_None);
     PyList_SET_ITEM(stack, 0, Py_None);
-    int rc = PyDict_SetItem(r->stacks, tid_obj, stack);
-    Py_DECREF(stack); /* the dict holds it */
+    if (r->room < STACK_NEW_LEVELS)
+        return stack;
+    if (PyDict_SetItem(r->stacks, tid_obj, stack) < 0) {
+        Py_DECREF(stack);
+        return NULL;
+    }
     r->room -= STACK_NEW_LEVELS;
-    return rc < 0 ? NULL : stack;
+    return stack;
 }
 
 /* The job of a record begun at `start` on thread tid: the cache's (lo, hi, job) for tid + 1
@@ -295,8 +304,7 @@ thread(Read *r, int64_t tid)
         forget_thread(r);
         return -1;
     }
-    Py_INCREF(stack);
-    r->stack = stack;
+    r->stack = stack; /* the reference stack_of made */
     r->tid = tid;
     return 0;
 }

@@ -114,7 +114,9 @@ MAX_DEPTH = 1 << 16  # spans open on one thread (a reader's stack of a thread is
 # level costs a list slot and the id it holds, a thread's stack the dict entry, key and list
 # that hold it. A record that would grow the stacks past it is read, and it is not put on its
 # thread's stack (RingReader.stacks_cut counts these): a span begun inside it shows under
-# the job. What is held of threads with no span open is let go once half is in use.
+# the job; a new thread's stack past it lasts the read only. Once half is in use, what is
+# held above each thread's last open span is let go, at the end of a read that follows all
+# the records begun by the last one's end (a span that ended may have children unread).
 STACK_BYTES = 16 << 20
 STACK_LEVEL_BYTES = 40
 STACK_NEW_LEVELS = 4  # what a new thread's stack costs, in levels (_ringscan.c's twin)
@@ -369,6 +371,10 @@ class RingReader:
         self._stacks: dict[int, list[int | None]] = {}
         self._stack_room = STACK_ROOM  # levels the stacks may still take
         self._prune_below = STACK_ROOM // 2  # let go of idle threads' stacks past this
+        self._prune_again = False  # the last prune kept levels only for what had just ended
+        # The counter at the end of the last read: every record a span seen ending by then
+        # could be the parent of was begun by then (its seq is at most this).
+        self._fence = 0
         self.stacks_cut = 0  # records read with no room on their thread's stack
         self._ctxs: dict[int, tuple[int, int, int]] = {}  # async seq -> (tid, depth, id)
         self._stuck = (0, 0)
@@ -431,13 +437,24 @@ class RingReader:
         short."""
         c_pre, words, fresh, done = self._collect(upto, final, now_ns)
         out: list[protocol.SpanRecord] = []
-        self._stack_room, cut = self.scan.spans(
-            words, fresh, self.names, self._extras, self.open, self._stacks, self._ctxs,
-            self._jobs_cache(jobs), jobs.lookup, protocol.SpanRecord, _UNNAMED,
-            protocol.RECORD_SPAN, protocol.RECORD_MARK, self.pid, out, done, self.id_base,
-            self.cap // 2, c_pre, self._stack_room)
+        try:
+            self._stack_room, cut = self.scan.spans(
+                words, fresh, self.names, self._extras, self.open, self._stacks, self._ctxs,
+                self._jobs_cache(jobs), jobs.lookup, protocol.SpanRecord, _UNNAMED,
+                protocol.RECORD_SPAN, protocol.RECORD_MARK, self.pid, out, done, self.id_base,
+                self.cap // 2, c_pre, self._stack_room)
+        except BaseException:
+            self._stack_room = STACK_ROOM - self._stack_levels()  # what the pass left
+            raise
         self.stacks_cut += cut
         self._finish(out, done, final, now_ns)
+        # Only once every record begun by the last read's end is read: a span that ended by
+        # then may be the parent of one begun before its end and not read till now. What
+        # ended in this read is kept for the same reason.
+        due = self._stack_room < self._prune_below or self._prune_again
+        if due and self.next_seq > self._fence:
+            self._prune_stacks({r.id for r in out})
+        self._fence = int(self.q[H_COUNTER])
         return out
 
     def _collect(self, upto: int | None, final: bool,
@@ -726,8 +743,6 @@ class RingReader:
             return None
 
     def _prune(self) -> None:
-        if self._stack_room < self._prune_below:
-            self._prune_stacks()
         if len(self._ctxs) > 10_000:
             for seq in list(self._ctxs)[:5_000]:
                 if seq not in self.open:
@@ -738,21 +753,29 @@ class RingReader:
                 del self._extras[seq]
 
 
-    def _prune_stacks(self) -> None:
-        """Let go of the levels of each thread's stack above its last span still open (a
-        span begun from now on has an open parent) and of the stacks with none open; the
-        next prune waits until half the room that is left then is taken too."""
-        base, held = self.id_base, 0
-        live = {base | seq for seq in self.open}
+    def _prune_stacks(self, ended: set[int]) -> None:
+        """Let go of the levels of each thread's stack above its last span still open or
+        in `ended` (spans that ended in this read: their children may not be read yet, and the
+        next read prunes again), and of the stacks with none; the next prune otherwise waits
+        until half the room that is left then is taken too (or 7/8 of all, where little was
+        left)."""
+        opened = {self.id_base | seq for seq in self.open}
+        live = opened | ended
+        self._prune_again = False
         for tid, stack in list(self._stacks.items()):
             top = next((i for i in range(len(stack) - 1, 0, -1) if stack[i] in live), 0)
             if top:
                 del stack[top + 1:]
-                held += top + STACK_NEW_LEVELS
+                if stack[top] not in opened:  # kept for its children only: again next read
+                    self._prune_again = True
             else:
                 del self._stacks[tid]
-        self._stack_room = STACK_ROOM - held
-        self._prune_below = self._stack_room // 2
+        self._stack_room = STACK_ROOM - self._stack_levels()
+        self._prune_below = max(self._stack_room // 2, STACK_ROOM // 8)
+
+    def _stack_levels(self) -> int:
+        """The room the stacks take: their levels, a new stack's price for each."""
+        return sum(len(stack) - 1 + STACK_NEW_LEVELS for stack in self._stacks.values())
 
 
 def _ctx_parent(c: tuple[int, int, int] | None, tid: int, level: int,
@@ -823,11 +846,12 @@ class PythonScan:
               half: int, c_pre: int, room: int) -> tuple[int, int]:
         """The records of fresh (indexes in words, in seq order), parents and jobs worked out
         as they begin: each span that completed appended to out as a `record`, each end of an
-        open span to done. room: the levels the stacks may still grow by (a new thread's
-        costs STACK_NEW_LEVELS; it may go below 0 by those). (the room left, the records not
-        put on their stack for want of it)."""
+        open span to done. room: the levels the stacks may still grow by; a new thread's
+        costs STACK_NEW_LEVELS, and is not kept past the pass where less is left. (the room
+        left, the records not put on their stack for want of it)."""
         append, new, ctx_parent = out.append, tuple.__new__, _ctx_parent
-        cut = 0
+        cut, last_tid = 0, -1
+        last_stack: list[int | None] = [None]
         for i in fresh:
             seq, what, start = words[i], words[i + 1], words[i + 3]
             flags = what >> 32
@@ -840,10 +864,15 @@ class PythonScan:
             sid = id_base | seq
             sync = not flags & (F_ASYNC | F_MARK)
             level = depth - 1 if sync else depth
-            stack = stacks.get(tid)
-            if stack is None:
-                stack = stacks[tid] = [None]
-                room -= STACK_NEW_LEVELS
+            if tid != last_tid:  # (the C pass keeps the last record's thread too)
+                found = stacks.get(tid)
+                if found is None:
+                    found = [None]  # this pass's alone where no room is left for it
+                    if room >= STACK_NEW_LEVELS:
+                        stacks[tid] = found
+                        room -= STACK_NEW_LEVELS
+                last_tid, last_stack = tid, found
+            stack = last_stack
             parent = stack[level] if 1 <= level < len(stack) else None
             if ctx:  # begun in an async context: its parent may be that context's span
                 parent = ctx_parent(ctxs.get(ctx), tid, level, parent)

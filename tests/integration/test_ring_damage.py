@@ -243,7 +243,7 @@ def test_records_deep_on_new_threads_cannot_grow_the_reader_past_its_stack_bound
     """300 records, each the deepest a thread can be (MAX_DEPTH) on a thread of its own: the
     reader keeps its threads' stacks within STACK_BYTES (each would pad to 65,536 levels, 0.5
     MiB; 300 of them held 161 MiB), every span still comes out, named, and the records it could not
-    stack are counted. The stacks of threads with nothing open are let go at the read's end."""
+    stack are counted. The stacks of threads with nothing open are let go by the next read."""
     with _reading(1024) as (w, _mm, reader, jobs):
         _deep_records(w, 300, sr.MAX_DEPTH, 5000)
         tracemalloc.start()
@@ -256,7 +256,9 @@ def test_records_deep_on_new_threads_cannot_grow_the_reader_past_its_stack_bound
         # As many as the room held were stacked; the rest counted.
         stacked = sr.STACK_ROOM // (sr.MAX_DEPTH + sr.STACK_NEW_LEVELS)
         assert reader.stacks_cut == 300 - stacked
-        # Nothing is open: at the read's end, it let go of every stack.
+        # Nothing is open: at the next read's end (what ended in this one may have children
+        # not read yet), it lets go of every stack.
+        assert reader.read(jobs, now_ns=time.monotonic_ns()) == []
         assert reader._stacks == {} and reader._stack_room == sr.STACK_ROOM
 
 
@@ -272,6 +274,7 @@ def test_a_prune_keeps_the_parents_of_spans_still_open(clean_env, each_scan):
         _deep_records(w, 4, sr.MAX_DEPTH, 6000)  # 4 x 64k levels: past half the room
         got = reader.read(jobs, now_ns=time.monotonic_ns())
         assert sorted(r.name for r in got) == ["deep"] * 4 + ["mid"]
+        assert reader.read(jobs, now_ns=time.monotonic_ns()) == []  # the prune is at its end
         assert list(reader._stacks) == [77]  # the others held nothing open
         assert reader._stacks[77] == [None, reader.id_base | o]  # mid's level let go
         inner = w.begin(w.intern("inner"), 0, 77, 2, 0) & sr.SEQ_MASK
@@ -299,3 +302,48 @@ def test_a_sidecar_says_what_it_could_not_stack(clean_env):
     assert said and 0 < int(said[1]) <= most, note
     assert "16 MiB" in note and "under the job" in note
     assert w.spans_lost == 0
+
+
+def test_a_prune_keeps_a_parent_whose_child_is_not_read_yet(clean_env, each_scan):
+    """A read stopped short of the counter (the sidecar's `upto`) sees a parent that ended
+    after a child it has not read yet; a prune at that read's end must keep the parent's
+    level, or the child, read next, shows under the job."""
+    with _reading(1024) as (w, _mm, reader, jobs):
+        _deep_records(w, 4, sr.MAX_DEPTH, 6000)  # past half the room: a prune at this read's end
+        p = w.begin(w.intern("parent"), 0, 77, 1, 0) & sr.SEQ_MASK
+        c = w.begin(w.intern("child"), 0, 77, 2, 0) & sr.SEQ_MASK
+        w.finish(c, recorder.now_ns(), 77)
+        w.finish(p, recorder.now_ns(), 77)
+        got = reader.read(jobs, upto=p, now_ns=time.monotonic_ns())
+        assert "child" not in {r.name for r in got}
+        got += reader.read(jobs, now_ns=time.monotonic_ns())
+        by = {r.name: r for r in got}
+        assert by["child"].parent == by["parent"].id
+        # Once all is read, the next prune lets go of them.
+        _deep_records(w, 4, sr.MAX_DEPTH, 8000)
+        reader.read(jobs, now_ns=time.monotonic_ns())
+        reader.read(jobs, now_ns=time.monotonic_ns())
+        assert reader._stacks == {}
+
+
+def test_records_on_new_threads_cannot_grow_the_stacks_past_their_bound_within_a_read(
+        clean_env, each_scan, monkeypatch):
+    """262,144 records in one read, each on a thread of its own: the stacks kept for them
+    never pass STACK_ROOM's worth of new threads' stacks (each read before held all 262,144,
+    ~3 times STACK_BYTES), and every span still comes out."""
+    held = []
+
+    def prune(self, ended, real=sr.RingReader._prune_stacks):
+        held.append(len(self._stacks))
+        real(self, ended)
+
+    monkeypatch.setattr(sr.RingReader, "_prune_stacks", prune)
+    n = 1 << 18
+    with _reading(n) as (w, _mm, reader, jobs):
+        nid = w.intern("x")
+        for i in range(n):
+            seq = w.begin(nid, 0, 1 + i, 0, 0) & sr.SEQ_MASK
+            w.finish(seq, recorder.now_ns(), 1 + i)
+        got = reader.read(jobs, now_ns=time.monotonic_ns())
+        assert len(got) == n
+        assert held and held[0] <= sr.STACK_ROOM // sr.STACK_NEW_LEVELS, held

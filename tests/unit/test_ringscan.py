@@ -161,11 +161,16 @@ def test_records_become_the_spans_python_makes(c_scan, data, n, half, room):
     assert c_out == py_out
     assert all(type(r) is protocol.SpanRecord for r in c_out)
     assert (c_done, c_state, c_left) == (py_done, py_state, py_left)
-    # The room taken is what the stacks grew by, a new thread's stack at its price.
+    # The room taken is what the stacks grew by, a new thread's stack at its price. Three
+    # threads, 5 deep at most, never take more than 3 x (price + 5): with less room, a pass's
+    # own stack of a thread (no room for it) grows too, taken from the room.
     before = {t: len(v) for t, v in state["stacks"].items()}
     grown = sum(len(v) - before.get(t, 1 - spanring.STACK_NEW_LEVELS)
                 for t, v in py_state["stacks"].items())
-    assert py_left[0] == room - grown
+    if room >= 3 * (spanring.STACK_NEW_LEVELS + 5):
+        assert py_left[0] == room - grown
+    else:
+        assert py_left[0] <= room - grown
     assert py_left[1] >= 0
 
 
