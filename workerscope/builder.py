@@ -488,24 +488,7 @@ class SampleBins:
                     self.bytes > self._look_at and self._far_over()):
                 self._start()  # binned from now on
             return
-        found, width, added = self._series.get, self.width, 0
-        for t, scope, pid, tid, values in new:
-            series = found((wid, scope, pid, tid))
-            # _extend, inline (a call a sample row is a sixth of a load's sample path)
-            if series is not None and series.open == t // width and t >= series.t:
-                plan = series.plan
-                if plan is not None and len(values) == series.size:
-                    try:
-                        series.rows.append(plan.get_row(values))
-                    except KeyError:  # another layout of as many keys
-                        pass
-                    else:
-                        series.times.append(t)
-                        series.t, series.latest = t, max(series.latest, t)
-                        added += 1
-                        continue
-            self._bin(wid, t, scope, pid, tid, values)
-        self._rows += added
+        self._runs(wid, new)
         if self._rows >= self._most_rows:
             self._close_all()
         if self.bytes > self._threshold:
@@ -536,9 +519,7 @@ class SampleBins:
         self.width = self._width(max(latest - earliest, 1) / count, self.bytes)
         self.kept = self.bytes = 0
         for s in plain:
-            series = self._series.get((s.worker, s.scope, s.pid, s.tid))
-            if series is None or not self._extend(series, s.t_ns, s.values):
-                self._bin(s.worker, s.t_ns, s.scope, s.pid, s.tid, s.values, s)
+            self._runs(s.worker, [(s.t_ns, s.scope, s.pid, s.tid, s.values)], s)
         self._close_all()
         if self.bytes > self.limit // 2:
             self._widen()
@@ -558,21 +539,30 @@ class SampleBins:
             width *= 2
         return width
 
-    def _extend(self, series: _Series, t: int, values: dict[str, float]) -> bool:
-        """Add a sample to its series' open rows if it is the next of them: in their bin, not
-        earlier than they are, of their layout. Whether it was."""
-        plan = series.plan
-        if (plan is None or series.open != t // self.width or t < series.t
-                or len(values) != series.size):
-            return False
-        try:
-            series.rows.append(plan.get_row(values))
-        except KeyError:  # another layout of as many keys
-            return False
-        series.times.append(t)
-        series.t, series.latest = t, max(series.latest, t)
-        self._rows += 1
-        return True
+    def _runs(self, wid: str, new: list[tuple[int, str, int | None, int | None,
+                                              dict[str, float]]],
+              owned: Sample | None = None) -> None:
+        """Add samples to their series' open rows where each is the next of them (in their
+        bin, not earlier than they are, of their layout); else each starts a run of its own
+        (_bin; `owned`: the Sample of a lone one, where the caller has it)."""
+        found, width, added = self._series.get, self.width, 0
+        for t, scope, pid, tid, values in new:
+            series = found((wid, scope, pid, tid))
+            if series is not None and series.open == t // width and t >= series.t:
+                plan = series.plan
+                if plan is not None and len(values) == series.size:
+                    try:
+                        row = plan.get_row(values)
+                    except KeyError:  # another layout of as many keys: a run of its own
+                        row = None
+                    if row is not None:
+                        series.rows.append(row)
+                        series.times.append(t)
+                        series.t, series.latest = t, max(series.latest, t)
+                        added += 1
+                        continue
+            self._bin(wid, t, scope, pid, tid, values, owned)
+        self._rows += added
 
     def _close(self, series: _Series) -> None:
         """Fold a series' open rows into their bin."""
